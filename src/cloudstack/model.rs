@@ -1,0 +1,583 @@
+//! The parts of CloudStack's responses the shim reads, parsed tolerantly.
+//!
+//! CloudStack adds fields and states across releases, sends some numbers as strings and
+//! some dates with `+0530`-style offsets. Parsing here ignores unknown fields, treats every
+//! field we do not strictly need as optional and keeps unknown enum values verbatim
+//! (`Other(String)`) so that a newer server never turns into a parse failure.
+
+use std::fmt;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A VM state as CloudStack reports it (`com.cloud.vm.VirtualMachine.State`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum VmState {
+    Starting,
+    Running,
+    Stopping,
+    Stopped,
+    Destroyed,
+    Expunging,
+    Migrating,
+    Error,
+    Unknown,
+    Shutdown,
+    Restoring,
+    /// A state this version does not know; kept verbatim, never treated as a failure.
+    Other(String),
+}
+
+impl VmState {
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "Starting" => Self::Starting,
+            "Running" => Self::Running,
+            "Stopping" => Self::Stopping,
+            "Stopped" => Self::Stopped,
+            "Destroyed" => Self::Destroyed,
+            "Expunging" => Self::Expunging,
+            "Migrating" => Self::Migrating,
+            "Error" => Self::Error,
+            "Unknown" => Self::Unknown,
+            "Shutdown" => Self::Shutdown,
+            "Restoring" => Self::Restoring,
+            other => Self::Other(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Starting => "Starting",
+            Self::Running => "Running",
+            Self::Stopping => "Stopping",
+            Self::Stopped => "Stopped",
+            Self::Destroyed => "Destroyed",
+            Self::Expunging => "Expunging",
+            Self::Migrating => "Migrating",
+            Self::Error => "Error",
+            Self::Unknown => "Unknown",
+            Self::Shutdown => "Shutdown",
+            Self::Restoring => "Restoring",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl fmt::Display for VmState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for VmState {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(Self::parse(&s))
+    }
+}
+
+impl Serialize for VmState {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// The control state of the host running a VM (`hostcontrolstate`, CloudStack 4.18+).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HostControlState {
+    Enabled,
+    Disabled,
+    Offline,
+    Maintenance,
+    Unknown,
+    Other(String),
+}
+
+impl HostControlState {
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "Enabled" => Self::Enabled,
+            "Disabled" => Self::Disabled,
+            "Offline" => Self::Offline,
+            "Maintenance" => Self::Maintenance,
+            "Unknown" => Self::Unknown,
+            other => Self::Other(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Enabled => "Enabled",
+            Self::Disabled => "Disabled",
+            Self::Offline => "Offline",
+            Self::Maintenance => "Maintenance",
+            Self::Unknown => "Unknown",
+            Self::Other(s) => s,
+        }
+    }
+
+    /// Whether the management server has lost touch with the host, so the VM's recorded
+    /// state may be stale. `Disconnected` is the host `state` vocabulary; accept it here too.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Offline | Self::Unknown => true,
+            Self::Other(s) => s.eq_ignore_ascii_case("Disconnected"),
+            _ => false,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for HostControlState {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Ok(Self::parse(&s))
+    }
+}
+
+impl Serialize for HostControlState {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A CloudStack timestamp. The wire form is `yyyy-MM-dd'T'HH:mm:ssZ` (`2021-09-29T17:50:11+0530`);
+/// newer servers also accept and may emit ISO forms (`…Z`, `…+00:00`), so all are parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CsTime(pub Timestamp);
+
+impl CsTime {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if let Ok(t) =
+            jiff::fmt::strtime::parse("%Y-%m-%dT%H:%M:%S%z", s).and_then(|t| t.to_timestamp())
+        {
+            return Ok(Self(t));
+        }
+        if let Ok(t) = s.parse::<Timestamp>() {
+            return Ok(Self(t));
+        }
+        // `yyyy-MM-dd HH:mm:ss` (usage-history parameters) carries no zone: read it as UTC.
+        if let Ok(dt) = s.parse::<jiff::civil::DateTime>() {
+            if let Ok(z) = dt.to_zoned(jiff::tz::TimeZone::UTC) {
+                return Ok(Self(z.timestamp()));
+            }
+        }
+        Err(format!("not a CloudStack date: {s:?}"))
+    }
+
+    /// The `+0000` form CloudStack has always accepted (used for `expires`).
+    pub fn to_cloudstack_string(&self) -> String {
+        self.0.strftime("%Y-%m-%dT%H:%M:%S+0000").to_string()
+    }
+}
+
+impl<'de> Deserialize<'de> for CsTime {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        CsTime::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for CsTime {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_cloudstack_string())
+    }
+}
+
+/// Lenient field readers: CloudStack sends some numbers as strings, and a field that does
+/// not parse should make that field absent rather than fail the whole page.
+pub mod lenient {
+    use serde::{Deserialize, Deserializer};
+    use serde_json::Value;
+
+    use super::CsTime;
+
+    pub fn u64_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::Number(n) => n
+                .as_u64()
+                .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)),
+            Value::String(s) => s
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|f| *f >= 0.0)
+                .map(|f| f as u64),
+            _ => None,
+        })
+    }
+
+    pub fn i64_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+            Value::String(s) => s.trim().parse::<f64>().ok().map(|f| f as i64),
+            _ => None,
+        })
+    }
+
+    pub fn bool_or_false<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::Bool(b) => b,
+            Value::String(s) => s.eq_ignore_ascii_case("true"),
+            _ => false,
+        })
+    }
+
+    pub fn bool_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::Bool(b) => Some(b),
+            Value::String(s) if s.eq_ignore_ascii_case("true") => Some(true),
+            Value::String(s) if s.eq_ignore_ascii_case("false") => Some(false),
+            _ => None,
+        })
+    }
+
+    pub fn string_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::String(s) if !s.is_empty() => Some(s),
+            Value::Number(n) => Some(n.to_string()),
+            Value::Bool(b) => Some(b.to_string()),
+            _ => None,
+        })
+    }
+
+    pub fn time_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CsTime>, D::Error> {
+        Ok(match Value::deserialize(d)? {
+            Value::String(s) => CsTime::parse(&s).ok(),
+            _ => None,
+        })
+    }
+
+    /// A list that may be absent, `null`, or (rarely) a single object instead of an array.
+    pub fn vec_or_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: serde::de::DeserializeOwned,
+    {
+        match Value::deserialize(d)? {
+            Value::Null => Ok(Vec::new()),
+            Value::Array(items) => items
+                .into_iter()
+                .map(|v| serde_json::from_value(v).map_err(serde::de::Error::custom))
+                .collect(),
+            obj @ Value::Object(_) => serde_json::from_value(obj)
+                .map(|one| vec![one])
+                .map_err(serde::de::Error::custom),
+            _ => Ok(Vec::new()),
+        }
+    }
+}
+
+/// One VM of a `listVirtualMachines` / `listVirtualMachinesMetrics` page.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct VirtualMachine {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub displayname: Option<String>,
+    pub state: VmState,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub zoneid: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub zonename: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub account: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub domainid: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub projectid: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub hostid: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostcontrolstate: Option<HostControlState>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::bool_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub haenable: Option<bool>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::time_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub created: Option<CsTime>,
+    /// ≈ time of the last state change (CloudStack 4.16+).
+    #[serde(
+        default,
+        deserialize_with = "lenient::time_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub lastupdated: Option<CsTime>,
+    #[serde(default, rename = "nic", deserialize_with = "lenient::vec_or_empty")]
+    pub nics: Vec<Nic>,
+    /// Guest→host traffic as the hypervisor counts it (KiB).
+    #[serde(
+        default,
+        deserialize_with = "lenient::u64_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub networkkbswrite: Option<u64>,
+    /// Host→guest traffic (KiB).
+    #[serde(
+        default,
+        deserialize_with = "lenient::u64_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub networkkbsread: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpuused: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub jobid: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::i64_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub jobstatus: Option<i64>,
+}
+
+/// One NIC of a VM (`nic[]` with `details=nics`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct Nic {
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub id: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub networkid: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub networkname: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ipaddress: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ip6address: Option<String>,
+    #[serde(default, deserialize_with = "lenient::bool_or_false")]
+    pub isdefault: bool,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub traffictype: Option<String>,
+    /// `Isolated`, `Shared`, `L2`, … — L2 networks assign no address.
+    #[serde(
+        default,
+        rename = "type",
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub network_type: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub macaddress: Option<String>,
+}
+
+impl Nic {
+    /// Whether CloudStack is expected to assign this NIC an address (L2 networks do not).
+    pub fn expects_address(&self) -> bool {
+        !matches!(self.network_type.as_deref(), Some(t) if t.eq_ignore_ascii_case("L2"))
+    }
+
+    pub fn has_address(&self) -> bool {
+        self.ipaddress.is_some() || self.ip6address.is_some()
+    }
+}
+
+/// One VM of a `listVirtualMachinesUsageHistory` page (CloudStack 4.17+).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct UsageHistoryVm {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, deserialize_with = "lenient::vec_or_empty")]
+    pub stats: Vec<UsageSample>,
+}
+
+/// One stats sample of a VM, as collected every `vm.stats.interval`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct UsageSample {
+    #[serde(
+        default,
+        deserialize_with = "lenient::time_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub timestamp: Option<CsTime>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::u64_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub networkkbswrite: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::u64_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub networkkbsread: Option<u64>,
+}
+
+/// The parts of `listCapabilities` the shim uses.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize, Serialize)]
+pub struct Capabilities {
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cloudstackversion: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::i64_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub apilimitinterval: Option<i64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::i64_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub apilimitmax: Option<i64>,
+    /// Minutes of VM stats retained for the usage-history API.
+    #[serde(
+        default,
+        deserialize_with = "lenient::i64_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub instancesstatsretentiontime: Option<i64>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::bool_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub allowuserviewdestroyedvm: Option<bool>,
+}
+
+/// A host as `listHosts` reports it (admin only; used for conformance and the simulator).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Host {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub state: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub resourcestate: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::time_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub created: Option<CsTime>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_with_offsets_parse_to_the_same_instant() {
+        let a = CsTime::parse("2021-09-29T17:50:11+0530").unwrap();
+        let b = CsTime::parse("2021-09-29T12:20:11+0000").unwrap();
+        let c = CsTime::parse("2021-09-29T12:20:11Z").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(b, c);
+        assert_eq!(b.to_cloudstack_string(), "2021-09-29T12:20:11+0000");
+        assert!(CsTime::parse("yesterday").is_err());
+    }
+
+    #[test]
+    fn unknown_states_are_kept_verbatim() {
+        let s: VmState = serde_json::from_str("\"Hibernating\"").unwrap();
+        assert_eq!(s, VmState::Other("Hibernating".into()));
+        assert_eq!(s.to_string(), "Hibernating");
+        let s: VmState = serde_json::from_str("\"Running\"").unwrap();
+        assert_eq!(s, VmState::Running);
+    }
+
+    #[test]
+    fn numbers_as_strings_and_missing_fields_are_tolerated() {
+        let vm: VirtualMachine = serde_json::from_str(
+            r#"{"id":"a","state":"Running","networkkbswrite":"42","nic":{"ipaddress":"10.0.0.5","isdefault":"true"},
+                "lastupdated":"not a date","brandnewfield":{"x":1}}"#,
+        )
+        .unwrap();
+        assert_eq!(vm.networkkbswrite, Some(42));
+        assert_eq!(vm.nics.len(), 1);
+        assert!(vm.nics[0].isdefault);
+        assert_eq!(vm.lastupdated, None);
+    }
+}

@@ -1,0 +1,13 @@
+//! capc-health-shim: asks CloudStack how the VM behind each CAPC-backed Machine is doing and
+//! turns that evidence into a tri-state verdict that CAPI's own remediation can act on.
+//!
+//! Layout:
+//! - [`cloudstack`]: signed API client, wire model and error taxonomy (I/O at the edge).
+//! - [`verdict`]: the pure verdict engine (observation history → True/False/Unknown).
+//! - [`check`]: the one-shot `capc-health-shim check` command (client + engine, no Kubernetes).
+//! - [`sim`]: `cloudstack-sim`, a CloudStack API simulator used by tests, the demo and benchmarks.
+
+pub mod check;
+pub mod cloudstack;
+pub mod sim;
+pub mod verdict;
