@@ -4,10 +4,13 @@
 //! Layout:
 //! - [`cloudstack`]: signed API client, wire model and error taxonomy (I/O at the edge).
 //! - [`verdict`]: the pure verdict engine (observation history → True/False/Unknown).
+//! - [`scope`]: one listing per scope per poll, matched to tracked VMs by id.
 //! - [`check`]: the one-shot `capc-health-shim check` command (client + engine, no Kubernetes).
 //! - [`sim`]: `cloudstack-sim`, a CloudStack API simulator used by tests, the demo and benchmarks.
 
 pub mod check;
+pub mod cli;
 pub mod cloudstack;
+pub mod scope;
 pub mod sim;
 pub mod verdict;
