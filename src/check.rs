@@ -1,1 +1,489 @@
-//! placeholder
+//! `capc-health-shim check`: poll one CloudStack scope N times, keep the history between
+//! polls and print one verdict per VM — the verdict engine without Kubernetes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use jiff::{SignedDuration, Timestamp};
+use serde::Serialize;
+
+use crate::cli::{parse_duration, GraceArgs};
+use crate::cloudstack::client::{ClientConfig, CloudStackClient, Credentials, VmListQuery};
+use crate::cloudstack::error::CloudStackError;
+use crate::cloudstack::model::CsTime;
+use crate::scope::{ScopeObserver, ScopePoll};
+use crate::verdict::condition::{next_condition, ConditionState, DEFAULT_CONDITION_TYPE};
+use crate::verdict::{evaluate, Graces, MachineFacts, MassFailureGuard, ScopeMember, Status};
+
+/// Exit codes of `check` (and `demo`).
+pub mod exit {
+    /// The polls ran and verdicts were printed, whatever they are.
+    pub const RAN: u8 = 0;
+    /// Bad flags or configuration (clap uses 2 as well).
+    pub const USAGE: u8 = 2;
+    /// CloudStack could not be reached (transport, timeout, proxy page, 5xx) on any poll.
+    pub const UNREACHABLE: u8 = 3;
+    /// CloudStack rejected the credentials, the signature, or the role (401/432) on every poll.
+    pub const UNAUTHORIZED: u8 = 4;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UsageHistoryMode {
+    /// Use `listVirtualMachinesUsageHistory` when the server and role allow it.
+    Auto,
+    /// Judge traffic from the counters of the listing alone.
+    Off,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// CloudStack API endpoint, e.g. https://cloud.example.com/client/api.
+    #[arg(long, env = "CLOUDSTACK_API_URL")]
+    pub api_url: Option<String>,
+    /// API key (prefer the environment or --credentials-file over argv).
+    #[arg(long, env = "CLOUDSTACK_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Secret key (prefer the environment or --credentials-file over argv).
+    #[arg(long, env = "CLOUDSTACK_SECRET_KEY", hide_env_values = true)]
+    pub secret_key: Option<String>,
+    /// Credentials in the CAPC Secret's keys (`api-url`, `api-key`, `secret-key`,
+    /// `verify-ssl`): a file of `key: value` lines, or a directory with one file per key
+    /// (a mounted Secret). Flags and environment override its values.
+    #[arg(long, env = "CLOUDSTACK_CREDENTIALS_FILE", value_name = "PATH")]
+    pub credentials_file: Option<PathBuf>,
+    /// Project id (`-1` for all projects the key can see).
+    #[arg(long)]
+    pub project: Option<String>,
+    /// Zone id.
+    #[arg(long)]
+    pub zone: Option<String>,
+    /// Account name (with --domain-id).
+    #[arg(long, requires = "domain_id")]
+    pub account: Option<String>,
+    /// Domain id (with --account).
+    #[arg(long)]
+    pub domain_id: Option<String>,
+    /// VM ids to judge (repeatable); default: every VM the listing shows.
+    #[arg(long = "vm", value_name = "ID")]
+    pub vms: Vec<String>,
+    /// How many polls to run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub polls: u32,
+    /// Time between polls.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub interval: SignedDuration,
+    /// Stop early once no verdict is waiting on a grace and the last two polls agree.
+    #[arg(long)]
+    pub until_settled: bool,
+    /// Use listVirtualMachinesMetrics (CAPC's call) instead of listVirtualMachines.
+    #[arg(long)]
+    pub metrics_api: bool,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub usage_history: UsageHistoryMode,
+    /// Do not verify the endpoint's TLS certificate (like `verify-ssl: "false"`).
+    #[arg(long)]
+    pub insecure_skip_tls_verify: bool,
+    /// Extra CA certificates (PEM) to trust for the endpoint.
+    #[arg(long, value_name = "FILE")]
+    pub ca_bundle: Option<PathBuf>,
+    /// Timeout of one HTTP request.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub request_timeout: SignedDuration,
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: OutputFormat,
+    #[command(flatten)]
+    pub graces: GraceArgs,
+}
+
+/// One VM's line of output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VmReport {
+    pub vm_id: String,
+    pub name: String,
+    pub state: String,
+    pub verdict: Status,
+    pub reason: String,
+    pub message: String,
+    /// When the verdict's status last changed (the condition's lastTransitionTime).
+    pub since: Timestamp,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_change: Option<Timestamp>,
+}
+
+/// What one poll did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PollReport {
+    pub listing_error: Option<CloudStackError>,
+    pub vms_listed: usize,
+    pub complete: bool,
+    pub usage_history_note: Option<String>,
+}
+
+/// The state `check` and `demo` keep between polls of one scope.
+pub struct Checker {
+    client: CloudStackClient,
+    query: VmListQuery,
+    observer: ScopeObserver,
+    graces: Graces,
+    guard: MassFailureGuard,
+    usage_history: bool,
+    conditions: BTreeMap<String, ConditionState>,
+    previous: Vec<(String, Status, String)>,
+}
+
+impl Checker {
+    pub fn new(
+        client: CloudStackClient,
+        query: VmListQuery,
+        tracked: &[String],
+        graces: Graces,
+        guard: MassFailureGuard,
+        usage_history: UsageHistoryMode,
+    ) -> Self {
+        let observer = if tracked.is_empty() {
+            ScopeObserver::tracking_all()
+        } else {
+            ScopeObserver::tracking(tracked.iter().map(|id| id.to_ascii_lowercase()))
+        };
+        Self {
+            client,
+            query,
+            observer,
+            graces,
+            guard,
+            usage_history: usage_history == UsageHistoryMode::Auto,
+            conditions: BTreeMap::new(),
+            previous: Vec::new(),
+        }
+    }
+
+    pub fn client(&self) -> &CloudStackClient {
+        &self.client
+    }
+
+    /// Polls the scope once and folds the result into every VM's history.
+    pub async fn poll(&mut self, now: Timestamp) -> PollReport {
+        let listing = self.client.list_virtual_machines(&self.query).await;
+        let mut report = PollReport {
+            listing_error: None,
+            vms_listed: 0,
+            complete: false,
+            usage_history_note: None,
+        };
+        match &listing {
+            Ok(l) => {
+                report.vms_listed = l.vms.len();
+                report.complete = l.complete;
+                self.observer.record(
+                    ScopePoll::Listed {
+                        vms: &l.vms,
+                        complete: l.complete,
+                    },
+                    now,
+                    &self.graces,
+                );
+            }
+            Err(e) => {
+                self.observer.record(ScopePoll::Failed(&e.to_string()), now, &self.graces);
+                report.listing_error = Some(e.clone());
+                return report;
+            }
+        }
+        if self.usage_history {
+            let ids = self.observer.running_ids();
+            if !ids.is_empty() {
+                let lookback = self.graces.stats_interval
+                    * (i32::try_from(self.graces.silent_samples).unwrap_or(i32::MAX).saturating_add(3));
+                let start = CsTime(now - lookback);
+                match self.client.list_usage_history(&ids, Some(start)).await {
+                    Ok(items) => self.observer.record_usage(&items, now),
+                    Err(CloudStackError::Unsupported { .. }) => {
+                        self.usage_history = false;
+                        report.usage_history_note =
+                            Some("usage history not available here; judging traffic from listing counters".into());
+                    }
+                    Err(e) => report.usage_history_note = Some(format!("usage history skipped this poll: {e}")),
+                }
+            }
+        }
+        report
+    }
+
+    /// The verdicts at `now`, after the mass-failure guard, with stable transition times.
+    pub fn verdicts(&mut self, now: Timestamp) -> Vec<VmReport> {
+        let facts = MachineFacts::default();
+        let ids: Vec<String> = self.observer.histories.keys().cloned().collect();
+        let mut members: Vec<ScopeMember> = ids
+            .iter()
+            .map(|id| {
+                let h = &self.observer.histories[id];
+                let prev = self.conditions.get(id);
+                ScopeMember {
+                    candidate: evaluate(h, &facts, &self.graces, now),
+                    false_since: prev
+                        .filter(|c| c.status == Status::False)
+                        .map(|c| c.last_transition_time),
+                }
+            })
+            .collect();
+        self.guard.apply(&mut members, now);
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, member) in ids.iter().zip(members) {
+            let h = &self.observer.histories[id];
+            let condition = next_condition(self.conditions.get(id), DEFAULT_CONDITION_TYPE, &member.candidate, now);
+            out.push(VmReport {
+                vm_id: id.clone(),
+                name: h.sighting.as_ref().map(|s| s.name.clone()).unwrap_or_default(),
+                state: match (&h.sighting, h.absent_polls) {
+                    (_, n) if n > 0 => "(absent)".to_string(),
+                    (Some(s), _) => s.state.to_string(),
+                    (None, _) => "(not seen)".to_string(),
+                },
+                verdict: condition.status,
+                reason: condition.reason.clone(),
+                message: condition.message.clone(),
+                since: condition.last_transition_time,
+                next_change: member.candidate.next_change,
+            });
+            self.conditions.insert(id.clone(), condition);
+        }
+        out
+    }
+
+    /// Settled: nothing waits on a grace and the last two evaluations agree.
+    pub fn settled(&mut self, reports: &[VmReport]) -> bool {
+        let current: Vec<(String, Status, String)> = reports
+            .iter()
+            .map(|r| (r.vm_id.clone(), r.verdict, r.reason.clone()))
+            .collect();
+        let stable = !current.is_empty() && current == self.previous;
+        self.previous = current;
+        stable && reports.iter().all(|r| r.next_change.is_none())
+    }
+}
+
+/// Reads CAPC-Secret-style credentials: a `key: value` (or `key=value`) file, or a
+/// directory with one file per key. Errors name the file, never a value.
+pub fn read_credentials_file(path: &Path) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    if path.is_dir() {
+        for key in ["api-url", "api-key", "secret-key", "verify-ssl"] {
+            let file = path.join(key);
+            if file.exists() {
+                let value = std::fs::read_to_string(&file)
+                    .map_err(|e| format!("cannot read {}: {}", file.display(), e.kind()))?;
+                out.insert(key.to_string(), value.trim().to_string());
+            }
+        }
+        return Ok(out);
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((k, v)) = line.split_once(':').or_else(|| line.split_once('=')) else {
+            return Err(format!(
+                "{}:{}: expected `key: value` (keys api-url, api-key, secret-key, verify-ssl)",
+                path.display(),
+                n + 1
+            ));
+        };
+        let v = v.trim().trim_matches('"').trim_matches('\'');
+        out.insert(k.trim().to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+fn to_std(d: SignedDuration) -> Duration {
+    Duration::try_from(d).unwrap_or(Duration::ZERO)
+}
+
+/// Builds the client configuration from flags, environment and credentials file.
+pub fn client_config(args: &CheckArgs) -> Result<ClientConfig, String> {
+    let mut data = match &args.credentials_file {
+        Some(path) => read_credentials_file(path)?,
+        None => BTreeMap::new(),
+    };
+    if let Some(v) = &args.api_url {
+        data.insert("api-url".into(), v.clone());
+    }
+    if let Some(v) = &args.api_key {
+        data.insert("api-key".into(), v.clone());
+    }
+    if let Some(v) = &args.secret_key {
+        data.insert("secret-key".into(), v.clone());
+    }
+    let missing: Vec<&str> = ["api-url", "api-key", "secret-key"]
+        .into_iter()
+        .filter(|k| !data.contains_key(*k))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "missing CloudStack {}: give --api-url/--api-key/--secret-key, the CLOUDSTACK_API_URL/\
+             CLOUDSTACK_API_KEY/CLOUDSTACK_SECRET_KEY environment, or --credentials-file",
+            missing.join(", ")
+        ));
+    }
+    let mut cfg = ClientConfig::from_secret_data(&data).map_err(|e| e.to_string())?;
+    if args.insecure_skip_tls_verify {
+        cfg.verify_tls = false;
+    }
+    if let Some(path) = &args.ca_bundle {
+        cfg.extra_ca_pem = Some(
+            std::fs::read(path).map_err(|e| format!("cannot read CA bundle {}: {}", path.display(), e.kind()))?,
+        );
+    }
+    cfg.request_timeout = to_std(args.request_timeout);
+    Ok(cfg)
+}
+
+/// Credentials from explicit values (used by the demo).
+pub fn credentials(api_key: &str, secret_key: &str) -> Result<Credentials, String> {
+    Credentials::new(api_key, secret_key).map_err(|e| e.to_string())
+}
+
+pub fn query(args: &CheckArgs) -> VmListQuery {
+    VmListQuery {
+        project_id: args.project.clone(),
+        zone_id: args.zone.clone(),
+        account: args.account.clone(),
+        domain_id: args.domain_id.clone(),
+        ids: Vec::new(),
+        use_metrics_api: args.metrics_api,
+    }
+}
+
+/// Runs polls until done (or settled) and returns the final reports plus the exit code.
+pub async fn run_polls(
+    checker: &mut Checker,
+    polls: u32,
+    interval: SignedDuration,
+    until_settled: bool,
+    mut progress: impl FnMut(u32, &PollReport, &[VmReport]),
+) -> (Vec<VmReport>, u8) {
+    let mut any_success = false;
+    let mut last_error: Option<CloudStackError> = None;
+    let mut reports = Vec::new();
+    for n in 1..=polls {
+        let started = std::time::Instant::now();
+        let now = Timestamp::now();
+        let poll = checker.poll(now).await;
+        match &poll.listing_error {
+            None => any_success = true,
+            Some(e) => last_error = Some(e.clone()),
+        }
+        reports = checker.verdicts(Timestamp::now());
+        progress(n, &poll, &reports);
+        if until_settled && checker.settled(&reports) {
+            break;
+        }
+        if n < polls {
+            let wait = to_std(interval).saturating_sub(started.elapsed());
+            tokio::time::sleep(wait).await;
+        }
+    }
+    let code = match (any_success, last_error) {
+        (true, _) | (false, None) => exit::RAN,
+        (false, Some(e)) if matches!(e.kind(), "unauthorized" | "not_allowed") => exit::UNAUTHORIZED,
+        (false, Some(_)) => exit::UNREACHABLE,
+    };
+    (reports, code)
+}
+
+/// Renders reports as an aligned table.
+pub fn render_table(reports: &[VmReport]) -> String {
+    let headers = ["VM ID", "NAME", "STATE", "VERDICT", "REASON", "SINCE", "MESSAGE"];
+    let rows: Vec<[String; 7]> = reports
+        .iter()
+        .map(|r| {
+            [
+                r.vm_id.clone(),
+                r.name.clone(),
+                r.state.clone(),
+                r.verdict.to_string(),
+                r.reason.clone(),
+                crate::verdict::at(r.since),
+                r.message.clone(),
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row.iter()).take(6) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(cell);
+                out.push_str(&" ".repeat(widths[i] - cell.chars().count() + 2));
+            }
+        }
+        out.push('\n');
+    };
+    line(headers.to_vec());
+    for row in &rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+pub fn render(reports: &[VmReport], format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Table => render_table(reports),
+        OutputFormat::Json => serde_json::to_string_pretty(reports).unwrap_or_else(|_| "[]".into()) + "\n",
+    }
+}
+
+/// `capc-health-shim check`.
+pub async fn main(args: CheckArgs) -> u8 {
+    let cfg = match client_config(&args) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("check: {e}");
+            return exit::USAGE;
+        }
+    };
+    let client = match CloudStackClient::new(cfg) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("check: {e}");
+            return exit::USAGE;
+        }
+    };
+    let graces = args.graces.graces(args.interval);
+    let mut checker = Checker::new(
+        client,
+        query(&args),
+        &args.vms,
+        graces,
+        args.graces.guard(),
+        args.usage_history,
+    );
+    let (reports, code) = run_polls(&mut checker, args.polls, args.interval, args.until_settled, |n, poll, _| {
+        if let Some(e) = &poll.listing_error {
+            eprintln!("poll {n}: {e}");
+        }
+        if let Some(note) = &poll.usage_history_note {
+            eprintln!("poll {n}: {note}");
+        }
+    })
+    .await;
+    print!("{}", render(&reports, args.output));
+    code
+}

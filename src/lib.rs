@@ -10,6 +10,7 @@
 
 pub mod check;
 pub mod cli;
+pub mod demo;
 pub mod cloudstack;
 pub mod scope;
 pub mod sim;

@@ -1,1 +1,47 @@
-fn main() {}
+//! `capc-health-shim`: feeds CloudStack VM evidence into CAPI Machine health.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use capc_health_shim::{check, demo};
+
+#[derive(Debug, Parser)]
+#[command(name = "capc-health-shim", version, about = "CloudStack VM health for Cluster API Machines: signal, never delete")]
+struct Cli {
+    /// Log filter (tracing EnvFilter syntax), e.g. `info` or `capc_health_shim=debug`.
+    #[arg(long, env = "CAPC_HEALTH_SHIM_LOG", default_value = "warn", global = true)]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Poll a CloudStack endpoint for VMs and print verdicts (no Kubernetes needed).
+    Check(Box<check::CheckArgs>),
+    /// Start cloudstack-sim with the seed scenario and show the verdicts the shim reaches.
+    Demo(demo::DemoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::Check(args) => check::main(*args).await,
+            Command::Demo(args) => demo::main(args).await,
+        }
+    });
+    ExitCode::from(code)
+}

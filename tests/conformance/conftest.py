@@ -1,0 +1,54 @@
+"""Starts a real `cloudstack-sim` process for the conformance tests."""
+
+import os
+import queue
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+API_KEY = "conformance-api-key"
+SECRET_KEY = "conformance-secret-" + uuid.uuid4().hex
+
+
+def _sim_binary() -> Path:
+    override = os.environ.get("CLOUDSTACK_SIM_BIN")
+    path = Path(override) if override else ROOT / "target" / "debug" / "cloudstack-sim"
+    if not path.exists():
+        pytest.fail(f"{path} not found: run `cargo build --bins` first (make test does)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def sim():
+    env = dict(os.environ, CLOUDSTACK_SIM_API_KEY=API_KEY, CLOUDSTACK_SIM_SECRET_KEY=SECRET_KEY)
+    proc = subprocess.Popen(
+        [str(_sim_binary()), "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    lines: "queue.Queue[str]" = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    base = None
+    try:
+        while base is None:
+            line = lines.get(timeout=20)  # deadline: the simulator must announce itself
+            if "listening on " in line:
+                base = line.split("listening on ", 1)[1].strip()
+        yield {"base": base, "endpoint": base + "/client/api", "key": API_KEY, "secret": SECRET_KEY}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
