@@ -360,9 +360,12 @@ fn check_proxy_html() {
     assert!(!e.is_retryable());
 }
 
+/// Fixture files and the check that covers them.
+type Check = (&'static [&'static str], fn());
+
 #[test]
 fn every_wire_fixture_has_its_expected_result() {
-    let checks: &[(&[&str], fn())] = &[
+    let checks: &[Check] = &[
         (&["list-vms-every-state.json"], check_every_state),
         (&["list-vms-nic-variants.json"], check_nics),
         (&["list-vms-stats-variants.json"], check_stats),
