@@ -544,6 +544,66 @@ pub struct Host {
     pub created: Option<CsTime>,
 }
 
+/// One API of a `listApis` answer (API-discovery plugin), used as a permission self-test.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ApiInfo {
+    pub name: String,
+    #[serde(
+        default,
+        deserialize_with = "lenient::bool_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub isasync: Option<bool>,
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub since: Option<String>,
+}
+
+/// Items of list APIs that carry an identity, so pages can be de-duplicated (rows shift
+/// between pages when VMs come and go).
+pub trait ListItem {
+    fn item_id(&self) -> Option<&str>;
+}
+
+impl ListItem for VirtualMachine {
+    fn item_id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+}
+
+impl ListItem for UsageHistoryVm {
+    fn item_id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+}
+
+impl ListItem for Host {
+    fn item_id(&self) -> Option<&str> {
+        Some(&self.id)
+    }
+}
+
+impl ListItem for Nic {
+    fn item_id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+}
+
+impl ListItem for ApiInfo {
+    fn item_id(&self) -> Option<&str> {
+        Some(&self.name)
+    }
+}
+
+impl ListItem for serde_json::Value {
+    fn item_id(&self) -> Option<&str> {
+        self.get("id").and_then(serde_json::Value::as_str)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
