@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use capc_health_shim::cloudstack::model::VirtualMachine;
 use capc_health_shim::cloudstack::parse::{parse_list_page, Reply};
@@ -156,7 +156,15 @@ fn sim_page_latency(vms: usize) -> Result<(f64, f64), String> {
     let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     rt.block_on(async move {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let (base, key, secret, _guard) = sim::bench_support::start_with_vms(vms).await?;
+        let (key, secret) = ("bench-api-key".to_string(), "bench-secret-key".to_string());
+        let world = sim::World::default_world(&key, &secret, sim::real_now_ms());
+        let simulator = sim::Simulator::new(world);
+        simulator
+            .add_vms(vms, "bench", &sim::VmSpec::new("unused"))
+            .map_err(|e| format!("{e:?}"))?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+        let server = sim::serve(listener, simulator.clone()).await.map_err(|e| e.to_string())?;
+        let base = server.base_url();
         let http = reqwest::Client::new();
         let mut samples = Vec::new();
         for i in 0..60 {
@@ -184,11 +192,9 @@ fn sim_page_latency(vms: usize) -> Result<(f64, f64), String> {
                 samples.push(elapsed);
             }
         }
+        server.shutdown().await;
         samples.sort();
         let pick = |q: f64| samples[((samples.len() - 1) as f64 * q) as usize].as_secs_f64();
         Ok::<_, String>((pick(0.5), pick(0.99)))
     })
 }
-
-#[allow(dead_code)]
-fn _unused(_: Duration) {}
