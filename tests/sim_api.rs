@@ -46,7 +46,12 @@ fn names(vms: &[Value]) -> Vec<String> {
 fn err_of<'a>(r: &'a Resp, wrapper: &str) -> &'a Value {
     let e = &r.json[wrapper];
     assert!(e.is_object(), "expected wrapper {wrapper}: {}", r.body);
-    assert_eq!(e["errorcode"].as_u64(), Some(u64::from(r.status)), "{}", r.body);
+    assert_eq!(
+        e["errorcode"].as_u64(),
+        Some(u64::from(r.status)),
+        "{}",
+        r.body
+    );
     assert_eq!(e["uuidList"], json!([]), "{}", r.body);
     e
 }
@@ -68,7 +73,11 @@ async fn signed_get_and_post_succeed_wrong_secret_is_401() {
     assert_eq!(post.json["listvirtualmachinesresponse"]["count"], 1);
 
     let bad = h
-        .api_as(ADMIN_KEY, "not-the-secret", &[("command", "listVirtualMachines")])
+        .api_as(
+            ADMIN_KEY,
+            "not-the-secret",
+            &[("command", "listVirtualMachines")],
+        )
         .await;
     assert_eq!(bad.status, 401);
     let e = err_of(&bad, "listvirtualmachinesresponse");
@@ -79,7 +88,11 @@ async fn signed_get_and_post_succeed_wrong_secret_is_401() {
     assert!(e.get("cserrorcode").is_none(), "{}", bad.body);
 
     let unknown_key = h
-        .api_as("nobody", ADMIN_SECRET, &[("command", "listVirtualMachines")])
+        .api_as(
+            "nobody",
+            ADMIN_SECRET,
+            &[("command", "listVirtualMachines")],
+        )
         .await;
     assert_eq!(unknown_key.status, 401);
 
@@ -113,7 +126,10 @@ async fn signature_version_3_requires_future_expires() {
         err_of(&r, "listvirtualmachinesresponse");
     }
     let missing = h
-        .api(&[("command", "listVirtualMachines"), ("signatureversion", "3")])
+        .api(&[
+            ("command", "listVirtualMachines"),
+            ("signatureversion", "3"),
+        ])
         .await;
     assert_eq!(missing.status, 401);
     for expires in ["2099-01-01T00:00:00+0000", "2099-01-01T00:00:00Z"] {
@@ -156,7 +172,11 @@ async fn unknown_command_is_401_errorresponse_before_signature() {
 async fn role_deny_is_401_and_no_rule_is_432() {
     let h = start(role_world()).await;
     let allowed = h
-        .api_as("capi-key", "capi-secret", &[("command", "listVirtualMachines")])
+        .api_as(
+            "capi-key",
+            "capi-secret",
+            &[("command", "listVirtualMachines")],
+        )
         .await;
     assert_eq!(allowed.status, 200, "{}", allowed.body);
 
@@ -230,12 +250,20 @@ async fn throttling_gives_429_with_cloudstack_text_and_root_is_exempt() {
     let h = start(role_world()).await;
     for _ in 0..3 {
         let r = h
-            .api_as("busy-key", "busy-secret", &[("command", "listCapabilities")])
+            .api_as(
+                "busy-key",
+                "busy-secret",
+                &[("command", "listCapabilities")],
+            )
             .await;
         assert_eq!(r.status, 200, "{}", r.body);
     }
     let r = h
-        .api_as("busy-key", "busy-secret", &[("command", "listCapabilities")])
+        .api_as(
+            "busy-key",
+            "busy-secret",
+            &[("command", "listCapabilities")],
+        )
         .await;
     assert_eq!(r.status, 429, "{}", r.body);
     let e = err_of(&r, "listcapabilitiesresponse");
@@ -260,11 +288,22 @@ async fn throttling_gives_429_with_cloudstack_text_and_root_is_exempt() {
         assert_eq!(h.api(&[("command", "listCapabilities")]).await.status, 200);
     }
     let caps = h
-        .api_as("other-key", "other-secret", &[("command", "listCapabilities")])
+        .api_as(
+            "other-key",
+            "other-secret",
+            &[("command", "listCapabilities")],
+        )
         .await;
-    assert_eq!(caps.json["listcapabilitiesresponse"]["capability"]["apilimitmax"], 1);
+    assert_eq!(
+        caps.json["listcapabilitiesresponse"]["capability"]["apilimitmax"],
+        1
+    );
     let again = h
-        .api_as("other-key", "other-secret", &[("command", "listCapabilities")])
+        .api_as(
+            "other-key",
+            "other-secret",
+            &[("command", "listCapabilities")],
+        )
         .await;
     assert_eq!(again.status, 429);
     h.server.shutdown().await;
@@ -326,7 +365,11 @@ async fn ids_errors_and_empty_shape() {
     assert_eq!(e["cserrorcode"], 9999);
 
     let both = h
-        .api(&[("command", "listVirtualMachines"), ("id", &id), ("ids", &id)])
+        .api(&[
+            ("command", "listVirtualMachines"),
+            ("id", &id),
+            ("ids", &id),
+        ])
         .await;
     assert_eq!(both.status, 431);
     assert_eq!(
@@ -335,7 +378,10 @@ async fn ids_errors_and_empty_shape() {
     );
 
     let details = h
-        .api(&[("command", "listVirtualMachines"), ("details", "nics,bogus")])
+        .api(&[
+            ("command", "listVirtualMachines"),
+            ("details", "nics,bogus"),
+        ])
         .await;
     assert_eq!(details.status, 431);
     assert!(err_of(&details, "listvirtualmachinesresponse")["errortext"]
@@ -392,7 +438,11 @@ async fn count_is_total_across_pages_in_creation_order() {
 async fn visibility_filters_and_fields() {
     let h = start(role_world()).await;
     let mine = h
-        .api_as("capi-key", "capi-secret", &[("command", "listVirtualMachines")])
+        .api_as(
+            "capi-key",
+            "capi-secret",
+            &[("command", "listVirtualMachines")],
+        )
         .await;
     let vms = mine.json["listvirtualmachinesresponse"]["virtualmachine"]
         .as_array()
@@ -401,12 +451,25 @@ async fn visibility_filters_and_fields() {
     // Own non-project VMs only; Destroyed hidden from users.
     assert_eq!(names(&vms), ["capi-1", "capi-2"]);
     let vm = &vms[0];
-    for f in ["id", "created", "lastupdated", "zoneid", "zonename", "hostcontrolstate"] {
+    for f in [
+        "id",
+        "created",
+        "lastupdated",
+        "zoneid",
+        "zonename",
+        "hostcontrolstate",
+    ] {
         assert!(vm.get(f).is_some(), "missing {f}: {vm}");
     }
-    assert!(vm.get("hostid").is_none(), "host details are root-admin only");
+    assert!(
+        vm.get("hostid").is_none(),
+        "host details are root-admin only"
+    );
     let created = vm["created"].as_str().unwrap();
-    assert!(created.ends_with("+0000") && created.len() == 24, "{created}");
+    assert!(
+        created.ends_with("+0000") && created.len() == 24,
+        "{created}"
+    );
     let nic = &vm["nic"][0];
     assert_eq!(nic["traffictype"], "Guest");
     assert_eq!(nic["type"], "Shared");
@@ -485,7 +548,10 @@ async fn capabilities_nics_metrics_and_usage_history() {
         .api(&[("command", "listNics"), ("virtualmachineid", &id)])
         .await;
     assert_eq!(nics.json["listnicsresponse"]["count"], 1);
-    assert_eq!(nics.json["listnicsresponse"]["nic"][0]["virtualmachineid"], id);
+    assert_eq!(
+        nics.json["listnicsresponse"]["nic"][0]["virtualmachineid"],
+        id
+    );
 
     let m = h
         .api(&[("command", "listVirtualMachinesMetrics"), ("id", &id)])

@@ -24,17 +24,25 @@ fn rx(v: &Value) -> u64 {
 #[tokio::test]
 async fn starting_becomes_running_after_boot_delay() {
     let h = start(stats_world()).await;
-    let id = h.create_vm(json!({"name": "boot", "boot_seconds": 30})).await;
+    let id = h
+        .create_vm(json!({"name": "boot", "boot_seconds": 30}))
+        .await;
     let vm = h.vm_by_id(&id).await.unwrap();
     assert_eq!(vm["state"], "Starting");
     let created_updated = vm["lastupdated"].clone();
-    assert!(vm.get("networkkbswrite").is_none(), "no sample before running");
+    assert!(
+        vm.get("networkkbswrite").is_none(),
+        "no sample before running"
+    );
     h.advance(29.0).await;
     assert_eq!(h.vm_by_id(&id).await.unwrap()["state"], "Starting");
     h.advance(2.0).await;
     let vm = h.vm_by_id(&id).await.unwrap();
     assert_eq!(vm["state"], "Running");
-    assert_ne!(vm["lastupdated"], created_updated, "lastupdated moves on state change");
+    assert_ne!(
+        vm["lastupdated"], created_updated,
+        "lastupdated moves on state change"
+    );
     h.server.shutdown().await;
 }
 
@@ -46,16 +54,24 @@ async fn healthy_counters_rise_and_nic_down_guest_to_host_stays_flat() {
         .create_vm(json!({"name": "down", "state": "Running", "guest": "nic-down"}))
         .await;
     h.advance(25.0).await;
-    let (ok1, down1) = (h.vm_by_id(&ok).await.unwrap(), h.vm_by_id(&down).await.unwrap());
+    let (ok1, down1) = (
+        h.vm_by_id(&ok).await.unwrap(),
+        h.vm_by_id(&down).await.unwrap(),
+    );
     h.advance(100.0).await;
-    let (ok2, down2) = (h.vm_by_id(&ok).await.unwrap(), h.vm_by_id(&down).await.unwrap());
+    let (ok2, down2) = (
+        h.vm_by_id(&ok).await.unwrap(),
+        h.vm_by_id(&down).await.unwrap(),
+    );
     assert!(tx(&ok2) > tx(&ok1) && rx(&ok2) > rx(&ok1));
     assert!(tx(&down1) > 0, "boot traffic (DHCP) is visible");
     assert_eq!(tx(&down2), tx(&down1), "guest→host is flat");
     assert!(rx(&down2) >= rx(&down1));
 
     // Between two boundaries nothing changes.
-    let now = h.admin_get("/sim/clock").await.json["now_ms"].as_i64().unwrap();
+    let now = h.admin_get("/sim/clock").await.json["now_ms"]
+        .as_i64()
+        .unwrap();
     let to_boundary = 10_000 - now.rem_euclid(10_000);
     if to_boundary > 1_000 {
         h.advance((to_boundary - 500) as f64 / 1000.0).await;
@@ -63,8 +79,11 @@ async fn healthy_counters_rise_and_nic_down_guest_to_host_stays_flat() {
     }
 
     // A nic-down fault injected later freezes guest→host from then on.
-    h.admin_post(&format!("/sim/vms/{ok}/faults"), json!({"fault": "nic-down"}))
-        .await;
+    h.admin_post(
+        &format!("/sim/vms/{ok}/faults"),
+        json!({"fault": "nic-down"}),
+    )
+    .await;
     h.advance(10.0).await;
     let a = tx(&h.vm_by_id(&ok).await.unwrap());
     h.advance(60.0).await;
@@ -80,7 +99,12 @@ async fn stats_disabled_means_no_stats_fields() {
     let id = h.create_vm(json!({"name": "a", "state": "Running"})).await;
     h.advance(600.0).await;
     let vm = h.vm_by_id(&id).await.unwrap();
-    for f in ["cpuused", "networkkbsread", "networkkbswrite", "diskkbsread"] {
+    for f in [
+        "cpuused",
+        "networkkbsread",
+        "networkkbswrite",
+        "diskkbsread",
+    ] {
         assert!(vm.get(f).is_none(), "{f} present: {vm}");
     }
     h.server.shutdown().await;
@@ -148,7 +172,10 @@ async fn every_fault_is_visible_through_the_api() {
     assert_eq!(vm["state"], "Running");
     assert!(tx(&vm) >= tx(&before_offline));
     h.advance(60.0).await;
-    assert_eq!(tx(&h.vm_by_id(&ids["host-offline"]).await.unwrap()), tx(&vm));
+    assert_eq!(
+        tx(&h.vm_by_id(&ids["host-offline"]).await.unwrap()),
+        tx(&vm)
+    );
 
     assert_eq!(
         h.vm_by_id(&ids["stall-starting"]).await.unwrap()["state"],
@@ -185,11 +212,19 @@ async fn slow_boot_sends_little_then_normal_traffic() {
     let slow = h
         .create_vm(json!({"name": "slow", "state": "Running", "guest": "slow-boot"}))
         .await;
-    let fast = h.create_vm(json!({"name": "fast", "state": "Running"})).await;
+    let fast = h
+        .create_vm(json!({"name": "fast", "state": "Running"}))
+        .await;
     h.advance(15.0).await;
-    let (s1, f1) = (h.vm_by_id(&slow).await.unwrap(), h.vm_by_id(&fast).await.unwrap());
+    let (s1, f1) = (
+        h.vm_by_id(&slow).await.unwrap(),
+        h.vm_by_id(&fast).await.unwrap(),
+    );
     h.advance(60.0).await;
-    let (s2, f2) = (h.vm_by_id(&slow).await.unwrap(), h.vm_by_id(&fast).await.unwrap());
+    let (s2, f2) = (
+        h.vm_by_id(&slow).await.unwrap(),
+        h.vm_by_id(&fast).await.unwrap(),
+    );
     let slow_delta = tx(&s2) - tx(&s1);
     let fast_delta = tx(&f2) - tx(&f1);
     assert!(slow_delta > 0, "slow-boot traffic still rises");
@@ -202,7 +237,10 @@ async fn slow_boot_sends_little_then_normal_traffic() {
     h.advance(60.0).await;
     let s4 = h.vm_by_id(&slow).await.unwrap();
     assert!(tx(&s4) - tx(&s3) >= fast_delta / 2);
-    assert_eq!(h.admin_get(&format!("/sim/vms/{slow}")).await.json["joined"], true);
+    assert_eq!(
+        h.admin_get(&format!("/sim/vms/{slow}")).await.json["joined"],
+        true
+    );
     h.server.shutdown().await;
 }
 

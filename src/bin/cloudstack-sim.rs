@@ -54,16 +54,29 @@ async fn main() -> anyhow::Result<()> {
     };
     // Explicit keys (flags/env) always work for a root admin: reuse the first root admin of
     // the scenario, or add one.
-    let explicit = std::env::args().any(|a| a.starts_with("--api-key") || a.starts_with("--secret-key"))
+    let explicit = std::env::args()
+        .any(|a| a.starts_with("--api-key") || a.starts_with("--secret-key"))
         || std::env::var_os("CLOUDSTACK_SIM_API_KEY").is_some();
     if args.scenario.is_some() && explicit && world.account_by_api_key(keys.0).is_none() {
-        match world.accounts.iter().position(|a| a.kind == AccountType::Admin) {
+        match world
+            .accounts
+            .iter()
+            .position(|a| a.kind == AccountType::Admin)
+        {
             Some(i) => {
                 world.accounts[i].api_key = keys.0.to_string();
                 world.accounts[i].secret_key = sim::world::Secret::new(keys.1);
             }
             None => {
-                world.add_account("admin", None, AccountType::Admin, keys.0, keys.1, None, None)?;
+                world.add_account(
+                    "admin",
+                    None,
+                    AccountType::Admin,
+                    keys.0,
+                    keys.1,
+                    None,
+                    None,
+                )?;
             }
         }
     }

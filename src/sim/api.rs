@@ -257,11 +257,14 @@ impl Call<'_> {
 /// Parses `expires` in the formats a recent `DateUtil.parseTZDateString` accepts:
 /// `yyyy-MM-dd'T'HH:mm:ssZ` (`+0000`), ISO offset (`+00:00`, `Z`) with optional fractions.
 pub fn parse_expires(s: &str) -> Option<Ms> {
-    if let Ok(t) = jiff::fmt::strtime::parse("%Y-%m-%dT%H:%M:%S%z", s).and_then(|t| t.to_timestamp())
+    if let Ok(t) =
+        jiff::fmt::strtime::parse("%Y-%m-%dT%H:%M:%S%z", s).and_then(|t| t.to_timestamp())
     {
         return Some(t.as_millisecond());
     }
-    s.parse::<jiff::Timestamp>().ok().map(|t| t.as_millisecond())
+    s.parse::<jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_millisecond())
 }
 
 /// Inputs besides the world that one API request needs.

@@ -12,8 +12,7 @@ use serde_json::{json, Map, Value};
 use super::api::{access, Access, ApiError, Call, Reply};
 use super::traffic;
 use super::world::{
-    format_time, is_canonical_uuid, AccountType, Ms, NetworkType, Sample, Vm, VmState,
-    World,
+    format_time, is_canonical_uuid, AccountType, Ms, NetworkType, Sample, Vm, VmState, World,
 };
 
 /// How a handler is called.
@@ -297,9 +296,7 @@ fn select_vms(call: &Call<'_>, usage_history: bool) -> Result<Vec<usize>, ApiErr
     }
     let mut id_set: Option<Vec<usize>> = None;
     if let Some(id) = id {
-        let i = w
-            .vm_index_by_id(id)
-            .ok_or_else(|| call.bad("id", id))?;
+        let i = w.vm_index_by_id(id).ok_or_else(|| call.bad("id", id))?;
         id_set = Some(vec![i]);
     }
     if let Some(ids) = ids {
@@ -392,7 +389,8 @@ fn select_vms(call: &Call<'_>, usage_history: bool) -> Result<Vec<usize>, ApiErr
     } else {
         tag_filters(call)
     };
-    let hide_destroyed = caller.kind == AccountType::User && !w.settings.allow_user_view_destroyed_vm;
+    let hide_destroyed =
+        caller.kind == AccountType::User && !w.settings.allow_user_view_destroyed_vm;
     let wide = admin_like && (listall || id_set.is_some() || account_filter.is_some());
 
     let visible = |vm: &Vm| -> bool {
@@ -813,11 +811,7 @@ fn list_nics(call: &mut Call<'_>) -> Result<Reply, ApiError> {
         items.retain(|n| n["networkid"] == net);
     }
     if let Some(k) = call.get_nonempty("keyword") {
-        items.retain(|n| {
-            n["ipaddress"]
-                .as_str()
-                .is_some_and(|ip| ip.contains(k))
-        });
+        items.retain(|n| n["ipaddress"].as_str().is_some_and(|ip| ip.contains(k)));
     }
     let count = items.len();
     let range = call.paging.slice(&items);

@@ -151,9 +151,10 @@ impl<'a> Obj<'a> {
 
     fn uuid(&self, k: &str) -> R<Option<&'a str>> {
         match self.str(k)? {
-            Some(s) if !is_canonical_uuid(s) => {
-                err(self.at(k), format!("{s:?} is not a lowercase canonical UUID"))
-            }
+            Some(s) if !is_canonical_uuid(s) => err(
+                self.at(k),
+                format!("{s:?} is not a lowercase canonical UUID"),
+            ),
             other => Ok(other),
         }
     }
@@ -162,12 +163,10 @@ impl<'a> Obj<'a> {
 fn throttle(v: &Value, path: &str) -> R<Throttle> {
     let o = Obj::new(v, path)?;
     o.only(&["max", "interval_seconds"])?;
-    let max = o
-        .u64("max")?
-        .ok_or_else(|| FieldError {
-            path: o.at("max"),
-            message: "missing required field".into(),
-        })?;
+    let max = o.u64("max")?.ok_or_else(|| FieldError {
+        path: o.at("max"),
+        message: "missing required field".into(),
+    })?;
     let interval_seconds = o.u64("interval_seconds")?.unwrap_or(1);
     if interval_seconds == 0 {
         return err(o.at("interval_seconds"), "must be at least 1");
@@ -253,12 +252,20 @@ fn role(v: &Value, path: &str) -> R<Role> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'*' || b == b'_')
         {
-            return err(ro.at("rule"), format!("invalid rule {rule:?} (letters, digits, _ and * only)"));
+            return err(
+                ro.at("rule"),
+                format!("invalid rule {rule:?} (letters, digits, _ and * only)"),
+            );
         }
         let allow = match ro.req_str("permission")? {
             "allow" => true,
             "deny" => false,
-            p => return err(ro.at("permission"), format!("expected \"allow\" or \"deny\", got {p:?}")),
+            p => {
+                return err(
+                    ro.at("permission"),
+                    format!("expected \"allow\" or \"deny\", got {p:?}"),
+                )
+            }
         };
         rules.push(RoleRule {
             rule: rule.to_string(),
@@ -405,9 +412,11 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
         None => Settings::default(),
     };
     let mut w = World::empty(settings, start_ms);
-    let elem_err = |path: String| move |e: super::world::WorldError| FieldError {
-        path: path.clone(),
-        message: e.to_string(),
+    let elem_err = |path: String| {
+        move |e: super::world::WorldError| FieldError {
+            path: path.clone(),
+            message: e.to_string(),
+        }
     };
 
     for (i, a) in top.arr("accounts")?.iter().enumerate() {
@@ -457,7 +466,10 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
     }
     if let Some(d) = &w.settings.default_account {
         if w.account_index(d).is_none() && !w.accounts.is_empty() {
-            return err("$.settings.default_account", format!("unknown account {d:?}"));
+            return err(
+                "$.settings.default_account",
+                format!("unknown account {d:?}"),
+            );
         }
     }
 
@@ -466,14 +478,17 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
         let o = Obj::new(z, &p)?;
         o.only(&["name", "id"])?;
         let id = o.uuid("id")?;
-        w.add_zone(o.req_str("name")?, id).map_err(elem_err(p.clone()))?;
+        w.add_zone(o.req_str("name")?, id)
+            .map_err(elem_err(p.clone()))?;
     }
     if w.zones.is_empty() {
         let _ = w.add_zone("Sandbox-simulator", None);
     }
     let zone_ref = |w: &World, o: &Obj<'_>| -> R<Option<String>> {
         match o.str("zone")? {
-            Some(z) if w.zone_index(z).is_none() => err(o.at("zone"), format!("unknown zone {z:?}")),
+            Some(z) if w.zone_index(z).is_none() => {
+                err(o.at("zone"), format!("unknown zone {z:?}"))
+            }
             other => Ok(other.map(str::to_string)),
         }
     };
@@ -492,7 +507,10 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
         };
         let cidr = o.req_str("cidr")?;
         if super::world::parse_cidr(cidr).is_none() {
-            return err(o.at("cidr"), format!("bad cidr {cidr:?} (expected a.b.c.d/len, len 8..30)"));
+            return err(
+                o.at("cidr"),
+                format!("bad cidr {cidr:?} (expected a.b.c.d/len, len 8..30)"),
+            );
         }
         let id = o.uuid("id")?;
         w.add_network(
@@ -603,16 +621,17 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
             message: "missing required field".into(),
         })?;
         let vm = o.req_str("vm")?;
-        let idx = w
-            .vm_index(vm)
-            .ok_or_else(|| FieldError {
-                path: o.at("vm"),
-                message: format!("unknown VM {vm:?} (no VM with that name or id)"),
-            })?;
+        let idx = w.vm_index(vm).ok_or_else(|| FieldError {
+            path: o.at("vm"),
+            message: format!("unknown VM {vm:?} (no VM with that name or id)"),
+        })?;
         let fname = o.req_str("fault")?;
         let fault = Fault::parse(fname).ok_or_else(|| FieldError {
             path: o.at("fault"),
-            message: format!("unknown fault {fname:?} (expected one of: {})", Fault::names()),
+            message: format!(
+                "unknown fault {fname:?} (expected one of: {})",
+                Fault::names()
+            ),
         })?;
         w.schedule_fault(start_ms + secs_to_ms(at), idx, fault)
             .map_err(elem_err(p.clone()))?;
@@ -645,8 +664,10 @@ mod tests {
         assert!(e.message.contains("unknown guest kind"), "{e}");
         assert!(e.to_string().starts_with("test.json: $.vms[1].guest: "));
 
-        let e = parse(r#"{"vms":[{"name":"a"}],"faults":[{"at_seconds":1,"vm":"nope","fault":"stop"}]}"#)
-            .unwrap_err();
+        let e = parse(
+            r#"{"vms":[{"name":"a"}],"faults":[{"at_seconds":1,"vm":"nope","fault":"stop"}]}"#,
+        )
+        .unwrap_err();
         assert_eq!(e.path, "$.faults[0].vm");
 
         let id = "0d1e6f3a-8a43-4b4e-9b1c-2f0c7d5e9a11";

@@ -304,12 +304,16 @@ fn world_error(e: WorldError) -> Response {
     admin_error(status, e.to_string())
 }
 
-fn parse_body(body: &Bytes) -> Result<Value, Response> {
+fn parse_body(body: &Bytes) -> Result<Value, Box<Response>> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
         return Ok(json!({}));
     }
-    serde_json::from_slice(body)
-        .map_err(|e| admin_error(StatusCode::BAD_REQUEST, format!("body is not valid JSON: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(admin_error(
+            StatusCode::BAD_REQUEST,
+            format!("body is not valid JSON: {e}"),
+        ))
+    })
 }
 
 /// The admin view of one VM (internal state included).
@@ -366,24 +370,35 @@ async fn admin_get_vm(State(app): State<App>, Path(id): Path<String>) -> Respons
     let st = app.sim.lock_advanced();
     match st.world.vm_index(&id).and_then(|i| st.world.vm(i)) {
         Some(vm) => Json(vm_admin_json(&st.world, vm)).into_response(),
-        None => admin_error(StatusCode::NOT_FOUND, format!("no VM with id or name {id:?}")),
+        None => admin_error(
+            StatusCode::NOT_FOUND,
+            format!("no VM with id or name {id:?}"),
+        ),
     }
 }
 
 async fn admin_create_vm(State(app): State<App>, body: Bytes) -> Response {
     let v = match parse_body(&body) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let spec = match scenario::vm_spec(&v, "$", false) {
         Ok((s, _)) => s,
-        Err(e) => return admin_error(StatusCode::BAD_REQUEST, format!("{}: {}", e.path, e.message)),
+        Err(e) => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                format!("{}: {}", e.path, e.message),
+            )
+        }
     };
     let mut st = app.sim.lock_advanced();
     match st.world.add_vm(&spec) {
         Ok(i) => {
             let w = &st.world;
-            let view = w.vm(i).map(|vm| vm_admin_json(w, vm)).unwrap_or(Value::Null);
+            let view = w
+                .vm(i)
+                .map(|vm| vm_admin_json(w, vm))
+                .unwrap_or(Value::Null);
             (StatusCode::CREATED, Json(view)).into_response()
         }
         Err(e) => world_error(e),
@@ -393,37 +408,59 @@ async fn admin_create_vm(State(app): State<App>, body: Bytes) -> Response {
 async fn admin_add_fault(State(app): State<App>, Path(id): Path<String>, body: Bytes) -> Response {
     let v = match parse_body(&body) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let mut st = app.sim.lock_advanced();
     let Some(idx) = st.world.vm_index(&id) else {
-        return admin_error(StatusCode::NOT_FOUND, format!("no VM with id or name {id:?}"));
+        return admin_error(
+            StatusCode::NOT_FOUND,
+            format!("no VM with id or name {id:?}"),
+        );
     };
     let Some(name) = v.get("fault").and_then(Value::as_str) else {
         return admin_error(
             StatusCode::BAD_REQUEST,
-            format!("body must be {{\"fault\": F}} with F one of: {}", Fault::names()),
+            format!(
+                "body must be {{\"fault\": F}} with F one of: {}",
+                Fault::names()
+            ),
         );
     };
     let Some(fault) = Fault::parse(name) else {
         return admin_error(
             StatusCode::BAD_REQUEST,
-            format!("unknown fault {name:?} (expected one of: {})", Fault::names()),
+            format!(
+                "unknown fault {name:?} (expected one of: {})",
+                Fault::names()
+            ),
         );
     };
     st.world.apply_fault_now(idx, fault);
     let w = &st.world;
-    Json(w.vm(idx).map(|vm| vm_admin_json(w, vm)).unwrap_or(Value::Null)).into_response()
+    Json(
+        w.vm(idx)
+            .map(|vm| vm_admin_json(w, vm))
+            .unwrap_or(Value::Null),
+    )
+    .into_response()
 }
 
 async fn admin_clear_faults(State(app): State<App>, Path(id): Path<String>) -> Response {
     let mut st = app.sim.lock_advanced();
     let Some(idx) = st.world.vm_index(&id) else {
-        return admin_error(StatusCode::NOT_FOUND, format!("no VM with id or name {id:?}"));
+        return admin_error(
+            StatusCode::NOT_FOUND,
+            format!("no VM with id or name {id:?}"),
+        );
     };
     st.world.clear_faults_now(idx);
     let w = &st.world;
-    Json(w.vm(idx).map(|vm| vm_admin_json(w, vm)).unwrap_or(Value::Null)).into_response()
+    Json(
+        w.vm(idx)
+            .map(|vm| vm_admin_json(w, vm))
+            .unwrap_or(Value::Null),
+    )
+    .into_response()
 }
 
 async fn admin_get_api(State(app): State<App>) -> Response {
@@ -434,7 +471,7 @@ async fn admin_get_api(State(app): State<App>) -> Response {
 async fn admin_set_api(State(app): State<App>, body: Bytes) -> Response {
     let v = match parse_body(&body) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let Some(obj) = v.as_object() else {
         return admin_error(StatusCode::BAD_REQUEST, "body must be a JSON object");
@@ -443,7 +480,8 @@ async fn admin_set_api(State(app): State<App>, body: Bytes) -> Response {
     let mut f = st.api_faults.clone();
     let mut throttle = st.world.settings.throttle;
     for (k, val) in obj {
-        let bad = |what: &str| admin_error(StatusCode::BAD_REQUEST, format!("{k}: expected {what}"));
+        let bad =
+            |what: &str| admin_error(StatusCode::BAD_REQUEST, format!("{k}: expected {what}"));
         match k.as_str() {
             "outage" => match val.as_bool() {
                 Some(b) => f.outage = b,
@@ -504,7 +542,7 @@ async fn admin_calls(State(app): State<App>) -> Response {
 async fn admin_reset(State(app): State<App>, body: Bytes) -> Response {
     let v = match parse_body(&body) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let world = v.get("world").and_then(Value::as_bool).unwrap_or(false);
     app.sim.reset(world);
@@ -529,7 +567,7 @@ async fn admin_get_clock(State(app): State<App>) -> Response {
 async fn admin_set_clock(State(app): State<App>, body: Bytes) -> Response {
     let v = match parse_body(&body) {
         Ok(v) => v,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match v.get("advance_seconds").and_then(Value::as_f64) {
         Some(s) if s.is_finite() && s >= 0.0 => app.sim.advance(s),

@@ -112,7 +112,7 @@ pub fn format_cpu(centi: u32) -> String {
     let frac = centi % 100;
     if frac == 0 {
         format!("{whole}%")
-    } else if frac % 10 == 0 {
+    } else if frac.is_multiple_of(10) {
         format!("{whole}.{}%", frac / 10)
     } else {
         format!("{whole}.{frac:02}%")

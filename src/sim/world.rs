@@ -936,11 +936,10 @@ impl World {
     fn ctx(&self) -> Ctx {
         let s = &self.settings;
         let interval_ms = (s.stats_interval_seconds as Ms).saturating_mul(1000);
-        let cap = if s.stats_interval_seconds == 0 {
-            1
-        } else {
-            ((s.stats_retention_seconds / s.stats_interval_seconds).max(1)) as usize
-        };
+        let cap = s
+            .stats_retention_seconds
+            .checked_div(s.stats_interval_seconds)
+            .map_or(1, |c| c.max(1) as usize);
         let slow_intervals = if s.stats_interval_seconds == 0 {
             0
         } else {
@@ -960,7 +959,12 @@ impl World {
 
     // ---- entities -------------------------------------------------------------------
 
-    fn check_id(&self, id: Option<&str>, what: &str, taken: impl Fn(&str) -> bool) -> Result<String, WorldError> {
+    fn check_id(
+        &self,
+        id: Option<&str>,
+        what: &str,
+        taken: impl Fn(&str) -> bool,
+    ) -> Result<String, WorldError> {
         match id {
             None => Ok(new_uuid()),
             Some(id) if !is_canonical_uuid(id) => Err(WorldError::Invalid(format!(
@@ -973,7 +977,9 @@ impl World {
 
     pub fn add_zone(&mut self, name: &str, id: Option<&str>) -> Result<usize, WorldError> {
         if self.zones.iter().any(|z| z.name == name) {
-            return Err(WorldError::Conflict(format!("duplicate zone name {name:?}")));
+            return Err(WorldError::Conflict(format!(
+                "duplicate zone name {name:?}"
+            )));
         }
         let id = self.check_id(id, "zone", |i| self.zones.iter().any(|z| z.id == i))?;
         self.zones.push(Zone {
@@ -1010,7 +1016,9 @@ impl World {
         kind: NetworkType,
     ) -> Result<usize, WorldError> {
         if self.networks.iter().any(|n| n.name == name) {
-            return Err(WorldError::Conflict(format!("duplicate network name {name:?}")));
+            return Err(WorldError::Conflict(format!(
+                "duplicate network name {name:?}"
+            )));
         }
         let zone = self.zone_or_first(zone)?;
         let (base, prefix) = parse_cidr(cidr).ok_or_else(|| {
@@ -1026,7 +1034,9 @@ impl World {
                     .map_err(|_| WorldError::Invalid(format!("bad gateway {g:?}")))?;
                 let v = u32::from(ip);
                 if v <= base || v >= broadcast {
-                    return Err(WorldError::Invalid(format!("gateway {g} is outside {cidr}")));
+                    return Err(WorldError::Invalid(format!(
+                        "gateway {g} is outside {cidr}"
+                    )));
                 }
                 ip
             }
@@ -1062,7 +1072,9 @@ impl World {
         control: HostControl,
     ) -> Result<usize, WorldError> {
         if self.hosts.iter().any(|h| h.name == name) {
-            return Err(WorldError::Conflict(format!("duplicate host name {name:?}")));
+            return Err(WorldError::Conflict(format!(
+                "duplicate host name {name:?}"
+            )));
         }
         let zone = self.zone_or_first(zone)?;
         let id = self.check_id(id, "host", |i| self.hosts.iter().any(|h| h.id == i))?;
@@ -1093,7 +1105,9 @@ impl World {
         throttle: Option<Throttle>,
     ) -> Result<usize, WorldError> {
         if self.accounts.iter().any(|a| a.name == name) {
-            return Err(WorldError::Conflict(format!("duplicate account name {name:?}")));
+            return Err(WorldError::Conflict(format!(
+                "duplicate account name {name:?}"
+            )));
         }
         if api_key.is_empty() || secret_key.is_empty() {
             return Err(WorldError::Invalid(format!(
@@ -1136,7 +1150,9 @@ impl World {
         members: &[String],
     ) -> Result<usize, WorldError> {
         if self.projects.iter().any(|p| p.name == name) {
-            return Err(WorldError::Conflict(format!("duplicate project name {name:?}")));
+            return Err(WorldError::Conflict(format!(
+                "duplicate project name {name:?}"
+            )));
         }
         let mut m = Vec::new();
         for a in members {
@@ -1192,7 +1208,9 @@ impl World {
             return Err(WorldError::Invalid("VM name must not be empty".into()));
         }
         if self.by_name.contains_key(name) {
-            return Err(WorldError::Conflict(format!("a VM named {name:?} already exists")));
+            return Err(WorldError::Conflict(format!(
+                "a VM named {name:?} already exists"
+            )));
         }
         let id = match &spec.id {
             Some(id) if !is_canonical_uuid(id) => {
@@ -1245,10 +1263,7 @@ impl World {
                 .iter()
                 .position(|n| n.zone == zone)
                 .ok_or_else(|| {
-                    WorldError::NotFound(format!(
-                        "zone {:?} has no network",
-                        self.zones[zone].name
-                    ))
+                    WorldError::NotFound(format!("zone {:?} has no network", self.zones[zone].name))
                 })?,
         };
         let seq = self.next_seq;
@@ -1287,7 +1302,10 @@ impl World {
             seq,
             id: id.clone(),
             name: name.to_string(),
-            display_name: spec.display_name.clone().unwrap_or_else(|| name.to_string()),
+            display_name: spec
+                .display_name
+                .clone()
+                .unwrap_or_else(|| name.to_string()),
             account,
             project,
             zone,
@@ -1345,7 +1363,12 @@ impl World {
     }
 
     /// Creates `n` VMs named `<prefix>-<i>` (i from 0) from a template, quickly.
-    pub fn add_vms(&mut self, n: usize, prefix: &str, template: &VmSpec) -> Result<Vec<usize>, WorldError> {
+    pub fn add_vms(
+        &mut self,
+        n: usize,
+        prefix: &str,
+        template: &VmSpec,
+    ) -> Result<Vec<usize>, WorldError> {
         self.vms.reserve(n);
         self.by_id.reserve(n);
         self.by_name.reserve(n);
@@ -1366,7 +1389,8 @@ impl World {
         }
         let pending = &mut self.scheduled[self.next_scheduled..];
         let pos = pending.partition_point(|f| f.at_ms <= at_ms) + self.next_scheduled;
-        self.scheduled.insert(pos, ScheduledFault { at_ms, vm, fault });
+        self.scheduled
+            .insert(pos, ScheduledFault { at_ms, vm, fault });
         Ok(())
     }
 
@@ -1468,7 +1492,10 @@ impl World {
         let host = vm.host;
         let had_host_offline = vm.faults & Fault::HostOffline.bit() != 0;
         vm.change_flags(t, &c, |v| v.faults = 0);
-        if vm.state == VmState::Starting && vm.transition_at.is_none() && !vm.has(Fault::StallStarting) {
+        if vm.state == VmState::Starting
+            && vm.transition_at.is_none()
+            && !vm.has(Fault::StallStarting)
+        {
             vm.transition_at = Some(t + vm.boot_ms);
         }
         if had_host_offline {
@@ -1626,7 +1653,10 @@ mod tests {
     fn address_allocation_skips_gateway_and_is_unique() {
         let mut w = world();
         let v = w.add_vms(100, "x", &VmSpec::new("t")).unwrap();
-        let mut ips: Vec<_> = v.iter().map(|i| w.vm(*i).unwrap().visible_ip().unwrap()).collect();
+        let mut ips: Vec<_> = v
+            .iter()
+            .map(|i| w.vm(*i).unwrap().visible_ip().unwrap())
+            .collect();
         ips.sort();
         ips.dedup();
         assert_eq!(ips.len(), 100);

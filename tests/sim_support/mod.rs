@@ -145,7 +145,10 @@ impl Harness {
 
     pub async fn advance(&self, seconds: f64) {
         let r = self
-            .admin_post("/sim/clock", serde_json::json!({"advance_seconds": seconds}))
+            .admin_post(
+                "/sim/clock",
+                serde_json::json!({"advance_seconds": seconds}),
+            )
             .await;
         assert_eq!(r.status, 200, "{}", r.body);
     }
