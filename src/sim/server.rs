@@ -1,0 +1,582 @@
+//! HTTP front: `/client/api` (CloudStack servlet) and the `/sim/…` admin JSON API, plus the
+//! API-level fault injections (outage, latency, 530s, hangs, truncated JSON, proxy HTML).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use super::api::{self, collect_params, error_body, ApiError, Env};
+use super::clock::real_now_ms;
+use super::commands;
+use super::scenario;
+use super::world::{format_time, Fault, Throttle, Vm, World, WorldError};
+use super::Simulator;
+
+const JSON_CT: &str = "application/json; charset=UTF-8";
+
+const PROXY_502: &str = "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
+const OUTAGE_503: &str = "<html>\r\n<head><title>503 Service Temporarily Unavailable</title></head>\r\n<body>\r\n<center><h1>503 Service Temporarily Unavailable</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n";
+
+/// A running simulator server.
+pub struct SimServer {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl SimServer {
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT/client/api`
+    pub fn api_url(&self) -> String {
+        format!("http://{}/client/api", self.addr)
+    }
+
+    /// Stops accepting, releases hanging requests and waits for the server task.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+
+    /// Waits until the server stops (it runs until `shutdown` or an I/O error).
+    pub async fn wait(self) -> std::io::Result<()> {
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(std::io::Error::other(e.to_string())),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct App {
+    sim: Simulator,
+    stop: watch::Receiver<bool>,
+}
+
+/// Serves the simulator on an already bound listener.
+pub async fn serve(listener: TcpListener, sim: Simulator) -> std::io::Result<SimServer> {
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (tx, rx) = oneshot::channel::<()>();
+    let app = router(App { sim, stop: stop_rx });
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await
+    });
+    Ok(SimServer {
+        addr,
+        stop: stop_tx,
+        shutdown: Some(tx),
+        task,
+    })
+}
+
+fn router(app: App) -> Router {
+    Router::new()
+        .route("/client/api", any(api_handler))
+        .route("/client/api/", any(api_handler))
+        .route("/sim/vms", get(admin_list_vms).post(admin_create_vm))
+        .route("/sim/vms/{id}", get(admin_get_vm))
+        .route(
+            "/sim/vms/{id}/faults",
+            post(admin_add_fault).delete(admin_clear_faults),
+        )
+        .route("/sim/api", get(admin_get_api).post(admin_set_api))
+        .route("/sim/calls", get(admin_calls))
+        .route("/sim/reset", post(admin_reset))
+        .route("/sim/clock", get(admin_get_clock).post(admin_set_clock))
+        .with_state(app)
+}
+
+/// API-level fault injection settings (`POST /sim/api`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApiFaults {
+    /// Every API request gets a proxy-style 503 page.
+    pub outage: bool,
+    /// Delay before every API answer.
+    pub latency_ms: u64,
+    /// Probability (0..1) that an authenticated request gets a 530 envelope instead.
+    pub server_error_rate: f64,
+    /// Number of upcoming requests that hang until the server stops.
+    pub timeout_next: u64,
+    /// Number of upcoming requests answered with truncated JSON.
+    pub malformed_next: u64,
+    /// Number of upcoming requests answered with a proxy-style HTML 502 page.
+    pub html_next: u64,
+}
+
+impl ApiFaults {
+    pub fn to_json(&self, throttle: Option<Throttle>) -> Value {
+        json!({
+            "outage": self.outage,
+            "throttle": throttle,
+            "latency_ms": self.latency_ms,
+            "server_error_rate": self.server_error_rate,
+            "timeout_next": self.timeout_next,
+            "malformed_next": self.malformed_next,
+            "html_next": self.html_next,
+        })
+    }
+}
+
+enum Injection {
+    None,
+    Outage,
+    Hang,
+    Html,
+}
+
+fn text_response(status: u16, ct: &'static str, body: String) -> Response {
+    let mut r = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        body,
+    )
+        .into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    r
+}
+
+fn header_safe(s: &str) -> HeaderValue {
+    let cleaned: String = s
+        .chars()
+        .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+        .collect();
+    HeaderValue::from_str(&cleaned).unwrap_or_else(|_| HeaderValue::from_static("error"))
+}
+
+async fn api_handler(
+    State(app): State<App>,
+    method: Method,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let is_form = method == Method::POST
+        && headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.to_ascii_lowercase()
+                    .starts_with("application/x-www-form-urlencoded")
+            });
+    let params = collect_params(query.as_deref(), is_form.then_some(&body[..]));
+    let command = params.get("command").cloned().unwrap_or_default();
+
+    let (latency, injection) = {
+        let mut st = app.sim.lock();
+        let f = &mut st.api_faults;
+        let inj = if f.outage {
+            Injection::Outage
+        } else if f.timeout_next > 0 {
+            f.timeout_next -= 1;
+            Injection::Hang
+        } else if f.html_next > 0 {
+            f.html_next -= 1;
+            Injection::Html
+        } else {
+            Injection::None
+        };
+        (f.latency_ms, inj)
+    };
+    if latency > 0 {
+        let mut stop = app.stop.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(latency)) => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+    }
+    match injection {
+        Injection::Outage => {
+            app.sim.lock().record_call(&command, "503");
+            return text_response(503, "text/html", OUTAGE_503.to_string());
+        }
+        Injection::Html => {
+            app.sim.lock().record_call(&command, "502");
+            return text_response(502, "text/html", PROXY_502.to_string());
+        }
+        Injection::Hang => {
+            app.sim.lock().record_call(&command, "hang");
+            let mut stop = app.stop.clone();
+            let _ = stop.wait_for(|s| *s).await;
+            return text_response(504, "text/html", String::new());
+        }
+        Injection::None => {}
+    }
+
+    let (reply, truncate) = {
+        let mut guard = app.sim.lock();
+        let st = &mut *guard;
+        let now = st.clock.now_ms();
+        st.world.advance_to(now);
+        let mut reply = api::handle(
+            &mut st.world,
+            Env {
+                throttle: &mut st.throttle,
+                real_now_ms: real_now_ms(),
+            },
+            &params,
+        );
+        if reply.status == 200
+            && st.api_faults.server_error_rate > 0.0
+            && rand::random::<f64>() < st.api_faults.server_error_rate
+        {
+            let e = ApiError {
+                code: 530,
+                cs: Some(4250),
+                text: "Internal error executing command, please contact your system administrator"
+                    .into(),
+                error_wrapper: false,
+            };
+            let wrapper = commands::find(&reply.command)
+                .map(|s| s.response)
+                .unwrap_or("errorresponse");
+            reply.body = error_body(wrapper, &e);
+            reply.status = 530;
+            reply.description = Some(e.text);
+        }
+        let truncate = if st.api_faults.malformed_next > 0 {
+            st.api_faults.malformed_next -= 1;
+            true
+        } else {
+            false
+        };
+        let label = if truncate {
+            format!("{}-malformed", reply.status)
+        } else {
+            reply.status.to_string()
+        };
+        st.record_call(&reply.command, &label);
+        (reply, truncate)
+    };
+    tracing::debug!(command = %reply.command, status = reply.status, "api call");
+    let mut body = reply.body;
+    if truncate {
+        let mut cut = body.len() / 2;
+        while cut > 0 && !body.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        body.truncate(cut);
+    }
+    let mut r = text_response(reply.status, JSON_CT, body);
+    if let Some(d) = reply.description {
+        r.headers_mut().insert("X-Description", header_safe(&d));
+    }
+    r
+}
+
+// ---- admin API -------------------------------------------------------------------------
+
+fn admin_error(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, Json(json!({"error": msg.into()}))).into_response()
+}
+
+fn world_error(e: WorldError) -> Response {
+    let status = match &e {
+        WorldError::NotFound(_) => StatusCode::NOT_FOUND,
+        WorldError::Invalid(_) => StatusCode::BAD_REQUEST,
+        WorldError::Conflict(_) => StatusCode::CONFLICT,
+    };
+    admin_error(status, e.to_string())
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, Box<Response>> {
+    if body.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(admin_error(
+            StatusCode::BAD_REQUEST,
+            format!("body is not valid JSON: {e}"),
+        ))
+    })
+}
+
+/// The admin view of one VM (internal state included).
+pub fn vm_admin_json(w: &World, vm: &Vm) -> Value {
+    let host = w.hosts.get(vm.host);
+    let nic = vm.visible_nic();
+    json!({
+        "id": vm.id,
+        "name": vm.name,
+        "displayname": vm.display_name,
+        "state": vm.state.as_str(),
+        "removed": vm.removed,
+        "guest": vm.guest.as_str(),
+        "faults": vm.faults().iter().map(|f| f.as_str()).collect::<Vec<_>>(),
+        "account": w.accounts.get(vm.account).map(|a| a.name.clone()),
+        "project": vm.project.and_then(|p| w.projects.get(p)).map(|p| p.name.clone()),
+        "zone": w.zones.get(vm.zone).map(|z| z.name.clone()),
+        "host": host.map(|h| h.name.clone()),
+        "hostid": host.map(|h| h.id.clone()),
+        "host_control_state": host.map(|h| h.control.as_str()),
+        "nic": nic.is_some(),
+        "network": nic.and_then(|n| w.networks.get(n.network)).map(|n| n.name.clone()),
+        "ipaddress": vm.visible_ip().map(|i| i.to_string()),
+        "boot_seconds": vm.boot_ms as f64 / 1000.0,
+        "created": format_time(vm.created_ms),
+        "lastupdated": format_time(vm.last_updated_ms),
+        "running_since": vm.running_since.map(format_time),
+        "joined": w.joined(vm),
+        "counters": vm.last_sample.map(|s| json!({
+            "sampled_at": format_time(s.at_ms),
+            "intervals": s.n,
+            "networkkbsread": s.rx_kib,
+            "networkkbswrite": s.tx_kib,
+            "diskkbsread": s.disk_read_kib,
+            "diskkbswrite": s.disk_write_kib,
+        })),
+        "history_samples": vm.history.len(),
+        "tags": vm.tags.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+    })
+}
+
+async fn admin_list_vms(State(app): State<App>) -> Response {
+    let st = app.sim.lock_advanced();
+    let vms: Vec<Value> = st
+        .world
+        .vms()
+        .iter()
+        .map(|v| vm_admin_json(&st.world, v))
+        .collect();
+    Json(json!({"now": format_time(st.world.now_ms()), "vms": vms})).into_response()
+}
+
+async fn admin_get_vm(State(app): State<App>, Path(id): Path<String>) -> Response {
+    let st = app.sim.lock_advanced();
+    match st.world.vm_index(&id).and_then(|i| st.world.vm(i)) {
+        Some(vm) => Json(vm_admin_json(&st.world, vm)).into_response(),
+        None => admin_error(
+            StatusCode::NOT_FOUND,
+            format!("no VM with id or name {id:?}"),
+        ),
+    }
+}
+
+async fn admin_create_vm(State(app): State<App>, body: Bytes) -> Response {
+    let v = match parse_body(&body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    let spec = match scenario::vm_spec(&v, "$", false) {
+        Ok((s, _)) => s,
+        Err(e) => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                format!("{}: {}", e.path, e.message),
+            )
+        }
+    };
+    let mut st = app.sim.lock_advanced();
+    match st.world.add_vm(&spec) {
+        Ok(i) => {
+            let w = &st.world;
+            let view = w
+                .vm(i)
+                .map(|vm| vm_admin_json(w, vm))
+                .unwrap_or(Value::Null);
+            (StatusCode::CREATED, Json(view)).into_response()
+        }
+        Err(e) => world_error(e),
+    }
+}
+
+async fn admin_add_fault(State(app): State<App>, Path(id): Path<String>, body: Bytes) -> Response {
+    let v = match parse_body(&body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    let mut st = app.sim.lock_advanced();
+    let Some(idx) = st.world.vm_index(&id) else {
+        return admin_error(
+            StatusCode::NOT_FOUND,
+            format!("no VM with id or name {id:?}"),
+        );
+    };
+    let Some(name) = v.get("fault").and_then(Value::as_str) else {
+        return admin_error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "body must be {{\"fault\": F}} with F one of: {}",
+                Fault::names()
+            ),
+        );
+    };
+    let Some(fault) = Fault::parse(name) else {
+        return admin_error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "unknown fault {name:?} (expected one of: {})",
+                Fault::names()
+            ),
+        );
+    };
+    st.world.apply_fault_now(idx, fault);
+    let w = &st.world;
+    Json(
+        w.vm(idx)
+            .map(|vm| vm_admin_json(w, vm))
+            .unwrap_or(Value::Null),
+    )
+    .into_response()
+}
+
+async fn admin_clear_faults(State(app): State<App>, Path(id): Path<String>) -> Response {
+    let mut st = app.sim.lock_advanced();
+    let Some(idx) = st.world.vm_index(&id) else {
+        return admin_error(
+            StatusCode::NOT_FOUND,
+            format!("no VM with id or name {id:?}"),
+        );
+    };
+    st.world.clear_faults_now(idx);
+    let w = &st.world;
+    Json(
+        w.vm(idx)
+            .map(|vm| vm_admin_json(w, vm))
+            .unwrap_or(Value::Null),
+    )
+    .into_response()
+}
+
+async fn admin_get_api(State(app): State<App>) -> Response {
+    let st = app.sim.lock();
+    Json(st.api_faults.to_json(st.world.settings.throttle)).into_response()
+}
+
+async fn admin_set_api(State(app): State<App>, body: Bytes) -> Response {
+    let v = match parse_body(&body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    let Some(obj) = v.as_object() else {
+        return admin_error(StatusCode::BAD_REQUEST, "body must be a JSON object");
+    };
+    let mut st = app.sim.lock();
+    let mut f = st.api_faults.clone();
+    let mut throttle = st.world.settings.throttle;
+    for (k, val) in obj {
+        let bad =
+            |what: &str| admin_error(StatusCode::BAD_REQUEST, format!("{k}: expected {what}"));
+        match k.as_str() {
+            "outage" => match val.as_bool() {
+                Some(b) => f.outage = b,
+                None => return bad("a boolean"),
+            },
+            "latency_ms" => match val.as_u64() {
+                Some(n) => f.latency_ms = n,
+                None => return bad("a non-negative integer"),
+            },
+            "server_error_rate" => match val.as_f64() {
+                Some(r) if (0.0..=1.0).contains(&r) => f.server_error_rate = r,
+                _ => return bad("a number between 0 and 1"),
+            },
+            "timeout_next" => match val.as_u64() {
+                Some(n) => f.timeout_next = n,
+                None => return bad("a non-negative integer"),
+            },
+            "malformed_next" => match val.as_u64() {
+                Some(n) => f.malformed_next = n,
+                None => return bad("a non-negative integer"),
+            },
+            "html_next" => match val.as_u64() {
+                Some(n) => f.html_next = n,
+                None => return bad("a non-negative integer"),
+            },
+            "throttle" => {
+                if val.is_null() {
+                    throttle = None;
+                } else {
+                    match serde_json::from_value::<Throttle>(val.clone()) {
+                        Ok(t) if t.interval_seconds > 0 => throttle = Some(t),
+                        _ => return bad("null or {\"max\": N, \"interval_seconds\": S} with S >= 1"),
+                    }
+                }
+            }
+            _ => {
+                return admin_error(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "unknown field {k:?} (expected outage, throttle, latency_ms, server_error_rate, timeout_next, malformed_next, html_next)"
+                    ),
+                )
+            }
+        }
+    }
+    if throttle != st.world.settings.throttle {
+        st.throttle.clear();
+    }
+    st.api_faults = f;
+    st.world.settings.throttle = throttle;
+    Json(st.api_faults.to_json(throttle)).into_response()
+}
+
+async fn admin_calls(State(app): State<App>) -> Response {
+    Json(app.sim.calls()).into_response()
+}
+
+async fn admin_reset(State(app): State<App>, body: Bytes) -> Response {
+    let v = match parse_body(&body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    let world = v.get("world").and_then(Value::as_bool).unwrap_or(false);
+    app.sim.reset(world);
+    Json(json!({"reset": true, "world": world})).into_response()
+}
+
+fn clock_json(app: &App) -> Value {
+    let st = app.sim.lock_advanced();
+    json!({
+        "now": format_time(st.world.now_ms()),
+        "now_ms": st.world.now_ms(),
+        "time_scale": st.clock.scale(),
+        "advanced_seconds": st.clock.advanced_ms() as f64 / 1000.0,
+        "start": format_time(st.clock.start_ms()),
+    })
+}
+
+async fn admin_get_clock(State(app): State<App>) -> Response {
+    Json(clock_json(&app)).into_response()
+}
+
+async fn admin_set_clock(State(app): State<App>, body: Bytes) -> Response {
+    let v = match parse_body(&body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    match v.get("advance_seconds").and_then(Value::as_f64) {
+        Some(s) if s.is_finite() && s >= 0.0 => app.sim.advance(s),
+        _ => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                "body must be {\"advance_seconds\": N} with N >= 0",
+            )
+        }
+    }
+    Json(clock_json(&app)).into_response()
+}
