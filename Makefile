@@ -18,7 +18,7 @@ demo: build
 test: test-rust test-conformance
 
 test-rust:
-	$(CARGO) test --all-targets
+	$(CARGO) test
 
 test-conformance: build
 	$(PYTHON) -m pytest -q tests/conformance

@@ -38,7 +38,7 @@ fn vm_json(i: usize) -> serde_json::Value {
         "id": format!("{:08x}-0000-4000-8000-{:012x}", i, i),
         "name": format!("cluster-md-0-{i}"),
         "displayname": format!("cluster-md-0-{i}"),
-        "state": if i % 50 == 0 { "Stopped" } else { "Running" },
+        "state": if i.is_multiple_of(50) { "Stopped" } else { "Running" },
         "zoneid": "d4a81f75-5d92-415e-ab59-e85cc2ce56d9",
         "zonename": "zone-1",
         "account": "capi",
@@ -71,7 +71,8 @@ fn main() {
     let mut report: BTreeMap<String, f64> = BTreeMap::new();
 
     // 1. Signing + encoding of a batch-poll request.
-    let secret = "VDaACYb0LV9eNjTetIOElcVQkvJck_J_QljX_FcHRj87ZKiy0z0ty0ZsYBkoXkY9b7eq1EhwJaw7FF3akA3KBQ";
+    let secret =
+        "VDaACYb0LV9eNjTetIOElcVQkvJck_J_QljX_FcHRj87ZKiy0z0ty0ZsYBkoXkY9b7eq1EhwJaw7FF3akA3KBQ";
     let params = [
         ("apiKey", "plgWJfZK4gyS3mOMTVmjUVg-X-jlWlnfaUJ9GAbBbf9EdM-kAYMmAiLqzzq1ElZLYq_u38zCm0bewzGUdP66mg"),
         ("command", "listVirtualMachines"),
@@ -104,7 +105,10 @@ fn main() {
         assert_eq!(parsed.items.len(), 500);
     });
     report.insert("parse_500_vm_page_milliseconds".into(), s * 1e3);
-    report.insert("parse_500_vm_page_megabytes".into(), body.len() as f64 / 1e6);
+    report.insert(
+        "parse_500_vm_page_megabytes".into(),
+        body.len() as f64 / 1e6,
+    );
 
     // 3. Evaluating 10 000 VMs' histories (each with ten polls of history).
     let graces = Graces::default();
@@ -112,12 +116,15 @@ fn main() {
     let vms: Vec<VirtualMachine> = (0..10_000)
         .map(|i| serde_json::from_value(vm_json(i)).expect("vm"))
         .collect();
-    let mut histories: Vec<VmHistory> = vms.iter().map(|vm| VmHistory::new(vm.id.clone())).collect();
+    let mut histories: Vec<VmHistory> =
+        vms.iter().map(|vm| VmHistory::new(vm.id.clone())).collect();
     for poll in 0..10i64 {
         let now = t0 + SignedDuration::from_secs(30 * poll);
         for (h, vm) in histories.iter_mut().zip(&vms) {
             let mut vm = vm.clone();
-            vm.networkkbswrite = vm.networkkbswrite.map(|v| v + poll as u64 * (h.vm_id.len() as u64 % 3));
+            vm.networkkbswrite = vm
+                .networkkbswrite
+                .map(|v| v + poll as u64 * (h.vm_id.len() as u64 % 3));
             h.record(PollOutcome::Seen(&vm), now, &graces);
         }
     }
@@ -139,8 +146,14 @@ fn main() {
     // 4. The simulator's latency for a 500-VM page with 20 000 VMs loaded.
     match sim_page_latency(20_000) {
         Ok((p50, p99)) => {
-            report.insert("sim_500_vm_page_p50_milliseconds_20000_vms".into(), p50 * 1e3);
-            report.insert("sim_500_vm_page_p99_milliseconds_20000_vms".into(), p99 * 1e3);
+            report.insert(
+                "sim_500_vm_page_p50_milliseconds_20000_vms".into(),
+                p50 * 1e3,
+            );
+            report.insert(
+                "sim_500_vm_page_p99_milliseconds_20000_vms".into(),
+                p99 * 1e3,
+            );
         }
         Err(e) => eprintln!("simulator benchmark skipped: {e}"),
     }
@@ -162,8 +175,12 @@ fn sim_page_latency(vms: usize) -> Result<(f64, f64), String> {
         simulator
             .add_vms(vms, "bench", &sim::VmSpec::new("unused"))
             .map_err(|e| format!("{e:?}"))?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
-        let server = sim::serve(listener, simulator.clone()).await.map_err(|e| e.to_string())?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| e.to_string())?;
+        let server = sim::serve(listener, simulator.clone())
+            .await
+            .map_err(|e| e.to_string())?;
         let base = server.base_url();
         let http = reqwest::Client::new();
         let mut samples = Vec::new();
@@ -178,11 +195,21 @@ fn sim_page_latency(vms: usize) -> Result<(f64, f64), String> {
                 ("page", page.as_str()),
                 ("pagesize", "500"),
             ];
-            let url = format!("{base}/client/api?{}", signing::signed_query(&secret, params));
+            let url = format!(
+                "{base}/client/api?{}",
+                signing::signed_query(&secret, params)
+            );
             let start = Instant::now();
-            let resp = http.get(&url).send().await.map_err(|e| e.without_url().to_string())?;
+            let resp = http
+                .get(&url)
+                .send()
+                .await
+                .map_err(|e| e.without_url().to_string())?;
             let status = resp.status();
-            let body = resp.bytes().await.map_err(|e| e.without_url().to_string())?;
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| e.without_url().to_string())?;
             let elapsed = start.elapsed();
             if !status.is_success() {
                 return Err(format!("simulator answered {status}"));

@@ -137,6 +137,7 @@ pub struct Checker {
     usage_history: bool,
     conditions: BTreeMap<String, ConditionState>,
     previous: Vec<(String, Status, String)>,
+    stable_since: Option<Timestamp>,
 }
 
 impl Checker {
@@ -162,6 +163,7 @@ impl Checker {
             usage_history: usage_history == UsageHistoryMode::Auto,
             conditions: BTreeMap::new(),
             previous: Vec::new(),
+            stable_since: None,
         }
     }
 
@@ -192,7 +194,8 @@ impl Checker {
                 );
             }
             Err(e) => {
-                self.observer.record(ScopePoll::Failed(&e.to_string()), now, &self.graces);
+                self.observer
+                    .record(ScopePoll::Failed(&e.to_string()), now, &self.graces);
                 report.listing_error = Some(e.clone());
                 return report;
             }
@@ -201,7 +204,9 @@ impl Checker {
             let ids = self.observer.running_ids();
             if !ids.is_empty() {
                 let lookback = self.graces.stats_interval
-                    * (i32::try_from(self.graces.silent_samples).unwrap_or(i32::MAX).saturating_add(3));
+                    * (i32::try_from(self.graces.silent_samples)
+                        .unwrap_or(i32::MAX)
+                        .saturating_add(3));
                 let start = CsTime(now - lookback);
                 match self.client.list_usage_history(&ids, Some(start)).await {
                     Ok(items) => self.observer.record_usage(&items, now),
@@ -210,7 +215,10 @@ impl Checker {
                         report.usage_history_note =
                             Some("usage history not available here; judging traffic from listing counters".into());
                     }
-                    Err(e) => report.usage_history_note = Some(format!("usage history skipped this poll: {e}")),
+                    Err(e) => {
+                        report.usage_history_note =
+                            Some(format!("usage history skipped this poll: {e}"))
+                    }
                 }
             }
         }
@@ -238,10 +246,19 @@ impl Checker {
         let mut out = Vec::with_capacity(ids.len());
         for (id, member) in ids.iter().zip(members) {
             let h = &self.observer.histories[id];
-            let condition = next_condition(self.conditions.get(id), DEFAULT_CONDITION_TYPE, &member.candidate, now);
+            let condition = next_condition(
+                self.conditions.get(id),
+                DEFAULT_CONDITION_TYPE,
+                &member.candidate,
+                now,
+            );
             out.push(VmReport {
                 vm_id: id.clone(),
-                name: h.sighting.as_ref().map(|s| s.name.clone()).unwrap_or_default(),
+                name: h
+                    .sighting
+                    .as_ref()
+                    .map(|s| s.name.clone())
+                    .unwrap_or_default(),
                 state: match (&h.sighting, h.absent_polls) {
                     (_, n) if n > 0 => "(absent)".to_string(),
                     (Some(s), _) => s.state.to_string(),
@@ -258,15 +275,25 @@ impl Checker {
         out
     }
 
-    /// Settled: nothing waits on a grace and the last two evaluations agree.
-    pub fn settled(&mut self, reports: &[VmReport]) -> bool {
+    /// Settled: nothing waits on a grace and no verdict has changed for a whole evidence
+    /// window (the traffic samples needed to call a guest silent, plus two), so a VM whose
+    /// stats have not arrived yet is not mistaken for a settled one.
+    pub fn settled(&mut self, reports: &[VmReport], now: Timestamp) -> bool {
         let current: Vec<(String, Status, String)> = reports
             .iter()
             .map(|r| (r.vm_id.clone(), r.verdict, r.reason.clone()))
             .collect();
-        let stable = !current.is_empty() && current == self.previous;
-        self.previous = current;
-        stable && reports.iter().all(|r| r.next_change.is_none())
+        if current.is_empty() || current != self.previous {
+            self.previous = current;
+            self.stable_since = Some(now);
+            return false;
+        }
+        let window = self.graces.stats_interval
+            * i32::try_from(self.graces.silent_samples.saturating_add(2)).unwrap_or(i32::MAX);
+        let stable_for = self
+            .stable_since
+            .map_or(SignedDuration::ZERO, |t| now.duration_since(t));
+        stable_for >= window && reports.iter().all(|r| r.next_change.is_none())
     }
 }
 
@@ -285,8 +312,8 @@ pub fn read_credentials_file(path: &Path) -> Result<BTreeMap<String, String>, St
         }
         return Ok(out);
     }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -341,7 +368,8 @@ pub fn client_config(args: &CheckArgs) -> Result<ClientConfig, String> {
     }
     if let Some(path) = &args.ca_bundle {
         cfg.extra_ca_pem = Some(
-            std::fs::read(path).map_err(|e| format!("cannot read CA bundle {}: {}", path.display(), e.kind()))?,
+            std::fs::read(path)
+                .map_err(|e| format!("cannot read CA bundle {}: {}", path.display(), e.kind()))?,
         );
     }
     cfg.request_timeout = to_std(args.request_timeout);
@@ -385,7 +413,7 @@ pub async fn run_polls(
         }
         reports = checker.verdicts(Timestamp::now());
         progress(n, &poll, &reports);
-        if until_settled && checker.settled(&reports) {
+        if until_settled && checker.settled(&reports, Timestamp::now()) {
             break;
         }
         if n < polls {
@@ -395,7 +423,9 @@ pub async fn run_polls(
     }
     let code = match (any_success, last_error) {
         (true, _) | (false, None) => exit::RAN,
-        (false, Some(e)) if matches!(e.kind(), "unauthorized" | "not_allowed") => exit::UNAUTHORIZED,
+        (false, Some(e)) if matches!(e.kind(), "unauthorized" | "not_allowed") => {
+            exit::UNAUTHORIZED
+        }
         (false, Some(_)) => exit::UNREACHABLE,
     };
     (reports, code)
@@ -403,7 +433,9 @@ pub async fn run_polls(
 
 /// Renders reports as an aligned table.
 pub fn render_table(reports: &[VmReport]) -> String {
-    let headers = ["VM ID", "NAME", "STATE", "VERDICT", "REASON", "SINCE", "MESSAGE"];
+    let headers = [
+        "VM ID", "NAME", "STATE", "VERDICT", "REASON", "SINCE", "MESSAGE",
+    ];
     let rows: Vec<[String; 7]> = reports
         .iter()
         .map(|r| {
@@ -446,7 +478,9 @@ pub fn render_table(reports: &[VmReport]) -> String {
 pub fn render(reports: &[VmReport], format: OutputFormat) -> String {
     match format {
         OutputFormat::Table => render_table(reports),
-        OutputFormat::Json => serde_json::to_string_pretty(reports).unwrap_or_else(|_| "[]".into()) + "\n",
+        OutputFormat::Json => {
+            serde_json::to_string_pretty(reports).unwrap_or_else(|_| "[]".into()) + "\n"
+        }
     }
 }
 
@@ -475,14 +509,20 @@ pub async fn main(args: CheckArgs) -> u8 {
         args.graces.guard(),
         args.usage_history,
     );
-    let (reports, code) = run_polls(&mut checker, args.polls, args.interval, args.until_settled, |n, poll, _| {
-        if let Some(e) = &poll.listing_error {
-            eprintln!("poll {n}: {e}");
-        }
-        if let Some(note) = &poll.usage_history_note {
-            eprintln!("poll {n}: {note}");
-        }
-    })
+    let (reports, code) = run_polls(
+        &mut checker,
+        args.polls,
+        args.interval,
+        args.until_settled,
+        |n, poll, _| {
+            if let Some(e) = &poll.listing_error {
+                eprintln!("poll {n}: {e}");
+            }
+            if let Some(note) = &poll.usage_history_note {
+                eprintln!("poll {n}: {note}");
+            }
+        },
+    )
     .await;
     print!("{}", render(&reports, args.output));
     code

@@ -57,7 +57,12 @@ fn sim_binary(args: &DemoArgs) -> Result<PathBuf, String> {
 
 /// Starts the simulator on a free loopback port and waits (with a deadline) for its
 /// "listening on" line.
-fn start_sim(binary: &PathBuf, scenario: &std::path::Path, key: &str, secret: &str) -> Result<(SimProcess, String), String> {
+fn start_sim(
+    binary: &PathBuf,
+    scenario: &std::path::Path,
+    key: &str,
+    secret: &str,
+) -> Result<(SimProcess, String), String> {
     let mut child = Command::new(binary)
         .args(["--listen", "127.0.0.1:0", "--scenario"])
         .arg(scenario)
@@ -103,15 +108,19 @@ async fn run(args: &DemoArgs) -> Result<u8, String> {
         .unwrap_or(2.0);
     let dir = tempfile_dir()?;
     let scenario_path = dir.join("seed.json");
-    std::fs::write(&scenario_path, SEED_SCENARIO).map_err(|e| format!("cannot write scenario: {e}"))?;
+    std::fs::write(&scenario_path, SEED_SCENARIO)
+        .map_err(|e| format!("cannot write scenario: {e}"))?;
     let key = "demo-api-key";
     let secret = format!("demo-secret-{}", uuid::Uuid::new_v4());
     let binary = sim_binary(args)?;
     let (sim, base) = start_sim(&binary, &scenario_path, key, &secret)?;
     println!("cloudstack-sim running at {base} with the seed scenario (stats every {stats_secs}s)");
 
-    let mut cfg = ClientConfig::new(&format!("{base}/client/api"), check::credentials(key, &secret)?)
-        .map_err(|e| e.to_string())?;
+    let mut cfg = ClientConfig::new(
+        &format!("{base}/client/api"),
+        check::credentials(key, &secret)?,
+    )
+    .map_err(|e| e.to_string())?;
     cfg.request_timeout = Duration::from_secs(5);
     cfg.rate_limit = None;
     let client = CloudStackClient::new(cfg).map_err(|e| e.to_string())?;
@@ -139,7 +148,8 @@ async fn run(args: &DemoArgs) -> Result<u8, String> {
         MassFailureGuard::default(),
         UsageHistoryMode::Auto,
     );
-    let deadline = Instant::now() + Duration::try_from(args.timeout).unwrap_or(Duration::from_secs(120));
+    let deadline =
+        Instant::now() + Duration::try_from(args.timeout).unwrap_or(Duration::from_secs(120));
     let mut settled = false;
     let mut reports = Vec::new();
     let mut last_line = String::new();
@@ -159,7 +169,7 @@ async fn run(args: &DemoArgs) -> Result<u8, String> {
             last_line = counts;
         }
         reports = r;
-        if checker.settled(&reports) {
+        if checker.settled(&reports, jiff::Timestamp::now()) {
             settled = true;
             break;
         }
@@ -170,7 +180,10 @@ async fn run(args: &DemoArgs) -> Result<u8, String> {
     drop(sim);
     let _ = std::fs::remove_dir_all(&dir);
     if !settled {
-        return Err(format!("verdicts did not settle within {}s", args.timeout.as_secs()));
+        return Err(format!(
+            "verdicts did not settle within {}s",
+            args.timeout.as_secs()
+        ));
     }
     println!("\nverdicts settled; cloudstack-sim stopped.");
     Ok(exit::RAN)

@@ -10,8 +10,8 @@
 
 pub mod check;
 pub mod cli;
-pub mod demo;
 pub mod cloudstack;
+pub mod demo;
 pub mod scope;
 pub mod sim;
 pub mod verdict;

@@ -7,10 +7,19 @@ use clap::{Parser, Subcommand};
 use capc_health_shim::{check, demo};
 
 #[derive(Debug, Parser)]
-#[command(name = "capc-health-shim", version, about = "CloudStack VM health for Cluster API Machines: signal, never delete")]
+#[command(
+    name = "capc-health-shim",
+    version,
+    about = "CloudStack VM health for Cluster API Machines: signal, never delete"
+)]
 struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `capc_health_shim=debug`.
-    #[arg(long, env = "CAPC_HEALTH_SHIM_LOG", default_value = "warn", global = true)]
+    #[arg(
+        long,
+        env = "CAPC_HEALTH_SHIM_LOG",
+        default_value = "warn",
+        global = true
+    )]
     log: String,
     #[command(subcommand)]
     command: Command,
@@ -27,10 +36,15 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cannot start the async runtime: {e}");

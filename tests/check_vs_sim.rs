@@ -1,0 +1,246 @@
+//! The CloudStack side end to end: our client and verdict engine (the `check` machinery)
+//! against `cloudstack-sim` loaded with the seed scenario. Time is driven in lockstep: the
+//! simulator's clock is frozen and advanced one second per poll, and the checker is given
+//! the matching `now`, so nothing sleeps and every run is the same.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use capc_health_shim::check::{Checker, UsageHistoryMode, VmReport};
+use capc_health_shim::cloudstack::client::{
+    ClientConfig, CloudStackClient, Credentials, VmListQuery,
+};
+use capc_health_shim::sim::{self, ApiFaults, SimServer, Simulator};
+use capc_health_shim::verdict::{reason, Graces, MassFailureGuard, Status};
+use jiff::{SignedDuration, Timestamp};
+
+// The seed scenario's root admin.
+const KEY: &str = "sim-api-key";
+const SECRET: &str = "sim-secret-key";
+
+async fn seed_sim() -> (Simulator, SimServer) {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("cloudstack-fixtures/scenarios/seed.json");
+    let world = sim::load_scenario_file(&path, sim::real_now_ms(), (KEY, SECRET))
+        .expect("seed scenario loads");
+    let simulator = Simulator::with_time_scale(world, 0.0);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let server = sim::serve(listener, simulator.clone())
+        .await
+        .expect("serve");
+    (simulator, server)
+}
+
+fn checker(server: &SimServer, key: &str, secret: &str, usage: UsageHistoryMode) -> Checker {
+    let mut cfg =
+        ClientConfig::new(&server.api_url(), Credentials::new(key, secret).unwrap()).unwrap();
+    cfg.rate_limit = None;
+    cfg.request_timeout = Duration::from_secs(2);
+    cfg.retry.max_attempts = 1;
+    let client = CloudStackClient::new(cfg).expect("client");
+    // The seed scenario samples stats every 2 s; poll every simulated second.
+    let graces = Graces {
+        poll_interval: SignedDuration::from_secs(1),
+        stats_interval: SignedDuration::from_secs(2),
+        stopped: SignedDuration::from_secs(5),
+        nic_detached: SignedDuration::from_secs(5),
+        nic_no_address: SignedDuration::from_secs(10),
+        ..Graces::default()
+    };
+    Checker::new(
+        client,
+        VmListQuery::default(),
+        &[],
+        graces,
+        MassFailureGuard::default(),
+        usage,
+    )
+}
+
+struct Run {
+    sim: Simulator,
+    checker: Checker,
+    now: Timestamp,
+    /// Every verdict each VM (by name) had during the run.
+    seen: BTreeMap<String, Vec<(Status, String)>>,
+}
+
+impl Run {
+    async fn step(&mut self) -> Vec<VmReport> {
+        self.sim.advance(1.0);
+        self.now += SignedDuration::from_secs(1);
+        self.checker.poll(self.now).await;
+        let reports = self.checker.verdicts(self.now);
+        for r in &reports {
+            self.seen
+                .entry(r.name.clone())
+                .or_default()
+                .push((r.verdict, r.reason.clone()));
+        }
+        reports
+    }
+
+    /// Polls until settled; panics after `max` polls (a deadline, not a sleep).
+    async fn until_settled(&mut self, max: usize) -> BTreeMap<String, VmReport> {
+        for _ in 0..max {
+            let reports = self.step().await;
+            if self.checker.settled(&reports, self.now) {
+                return reports.into_iter().map(|r| (r.name.clone(), r)).collect();
+            }
+        }
+        panic!(
+            "verdicts did not settle within {max} polls: {:#?}",
+            self.seen
+        );
+    }
+
+    fn never_false(&self, name: &str) {
+        let history = &self.seen[name];
+        assert!(
+            history.iter().all(|(s, _)| *s != Status::False),
+            "{name} was False at some point: {history:?}"
+        );
+    }
+}
+
+fn verdict_of(reports: &BTreeMap<String, VmReport>, name: &str) -> (Status, String) {
+    let r = &reports[name];
+    (r.verdict, r.reason.clone())
+}
+
+async fn run_seed(usage: UsageHistoryMode) -> (Run, BTreeMap<String, VmReport>, SimServer) {
+    let (sim, server) = seed_sim().await;
+    let checker = checker(&server, KEY, SECRET, usage);
+    let mut run = Run {
+        sim,
+        checker,
+        now: Timestamp::now(),
+        seen: BTreeMap::new(),
+    };
+    let reports = run.until_settled(120).await;
+    (run, reports, server)
+}
+
+fn assert_seed_verdicts(run: &Run, reports: &BTreeMap<String, VmReport>) {
+    assert_eq!(reports.len(), 5, "{reports:#?}");
+    assert_eq!(
+        verdict_of(reports, "demo-md-0-b"),
+        (Status::False, reason::GUEST_NETWORK_SILENT.into())
+    );
+    assert_eq!(
+        verdict_of(reports, "demo-md-0-c"),
+        (Status::False, reason::VM_ERROR.into())
+    );
+    for healthy in ["demo-cp-1", "demo-md-0-a", "demo-md-0-d"] {
+        assert_eq!(
+            verdict_of(reports, healthy),
+            (Status::True, reason::VM_HEALTHY.into()),
+            "{healthy}"
+        );
+        run.never_false(healthy);
+    }
+    assert!(
+        reports["demo-md-0-b"].message.contains("flat"),
+        "{}",
+        reports["demo-md-0-b"].message
+    );
+}
+
+#[tokio::test]
+async fn seed_scenario_settles_with_the_silent_worker_and_the_error_vm_false() {
+    let (run, reports, server) = run_seed(UsageHistoryMode::Auto).await;
+    assert_seed_verdicts(&run, &reports);
+    // The usage history was actually used, and one listing per poll was made.
+    let calls = run.sim.calls();
+    let total = |cmd: &str| -> u64 {
+        calls["by_command"][cmd]
+            .as_object()
+            .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
+            .unwrap_or(0)
+    };
+    let lists = total("listVirtualMachines");
+    let history = total("listVirtualMachinesUsageHistory");
+    let polls = run.seen["demo-cp-1"].len() as u64;
+    assert_eq!(lists, polls, "one listing per poll for the whole scope");
+    assert!(history > 0);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_usage_history_the_listing_counters_reach_the_same_verdicts() {
+    let (run, reports, server) = run_seed(UsageHistoryMode::Off).await;
+    assert_seed_verdicts(&run, &reports);
+    assert!(run.sim.calls()["by_command"]
+        .get("listVirtualMachinesUsageHistory")
+        .is_none());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_least_privilege_account_of_the_scenario_reaches_the_same_verdicts() {
+    let (sim, server) = seed_sim().await;
+    let checker = checker(
+        &server,
+        "capi-api-key",
+        "capi-secret-key",
+        UsageHistoryMode::Auto,
+    );
+    let mut run = Run {
+        sim,
+        checker,
+        now: Timestamp::now(),
+        seen: BTreeMap::new(),
+    };
+    let reports = run.until_settled(120).await;
+    assert_seed_verdicts(&run, &reports);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_api_outage_turns_everything_unknown_and_recycles_nothing() {
+    let (run_before, _, server) = run_seed(UsageHistoryMode::Auto).await;
+    let mut run = run_before;
+    run.sim.set_api_faults(ApiFaults {
+        outage: true,
+        ..ApiFaults::default()
+    });
+    for _ in 0..20 {
+        let reports = run.step().await;
+        for r in &reports {
+            assert_eq!(
+                (r.verdict, r.reason.as_str()),
+                (Status::Unknown, reason::CLOUDSTACK_API_UNAVAILABLE),
+                "{r:?}"
+            );
+            assert!(
+                r.message.contains("503") || r.message.to_lowercase().contains("proxy"),
+                "{}",
+                r.message
+            );
+        }
+    }
+    run.sim.set_api_faults(ApiFaults::default());
+    let reports = run.until_settled(120).await;
+    assert_seed_verdicts(&run, &reports);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_wrong_secret_is_unknown_with_an_actionable_message() {
+    let (sim, server) = seed_sim().await;
+    let checker = checker(&server, KEY, "not-the-secret", UsageHistoryMode::Auto);
+    let mut run = Run {
+        sim,
+        checker,
+        now: Timestamp::now(),
+        seen: BTreeMap::new(),
+    };
+    let poll = run.checker.poll(run.now).await;
+    let err = poll.listing_error.expect("401");
+    assert_eq!(err.kind(), "unauthorized");
+    assert!(!err.to_string().contains("not-the-secret"));
+    server.shutdown().await;
+}
