@@ -69,6 +69,15 @@ struct Run {
 }
 
 impl Run {
+    fn new(sim: Simulator, checker: Checker) -> Self {
+        Self {
+            sim,
+            checker,
+            now: Timestamp::now(),
+            seen: BTreeMap::new(),
+        }
+    }
+
     async fn step(&mut self) -> Vec<VmReport> {
         self.sim.advance(1.0);
         self.now += SignedDuration::from_secs(1);
@@ -111,17 +120,20 @@ fn verdict_of(reports: &BTreeMap<String, VmReport>, name: &str) -> (Status, Stri
     (r.verdict, r.reason.clone())
 }
 
-async fn run_seed(usage: UsageHistoryMode) -> (Run, BTreeMap<String, VmReport>, SimServer) {
+async fn run_seed_as(
+    key: &str,
+    secret: &str,
+    usage: UsageHistoryMode,
+) -> (Run, BTreeMap<String, VmReport>, SimServer) {
     let (sim, server) = seed_sim().await;
-    let checker = checker(&server, KEY, SECRET, usage);
-    let mut run = Run {
-        sim,
-        checker,
-        now: Timestamp::now(),
-        seen: BTreeMap::new(),
-    };
+    let checker = checker(&server, key, secret, usage);
+    let mut run = Run::new(sim, checker);
     let reports = run.until_settled(120).await;
     (run, reports, server)
+}
+
+async fn run_seed(usage: UsageHistoryMode) -> (Run, BTreeMap<String, VmReport>, SimServer) {
+    run_seed_as(KEY, SECRET, usage).await
 }
 
 fn assert_seed_verdicts(run: &Run, reports: &BTreeMap<String, VmReport>) {
@@ -181,20 +193,8 @@ async fn without_usage_history_the_listing_counters_reach_the_same_verdicts() {
 
 #[tokio::test]
 async fn the_least_privilege_account_of_the_scenario_reaches_the_same_verdicts() {
-    let (sim, server) = seed_sim().await;
-    let checker = checker(
-        &server,
-        "capi-api-key",
-        "capi-secret-key",
-        UsageHistoryMode::Auto,
-    );
-    let mut run = Run {
-        sim,
-        checker,
-        now: Timestamp::now(),
-        seen: BTreeMap::new(),
-    };
-    let reports = run.until_settled(120).await;
+    let (run, reports, server) =
+        run_seed_as("capi-api-key", "capi-secret-key", UsageHistoryMode::Auto).await;
     assert_seed_verdicts(&run, &reports);
     server.shutdown().await;
 }
@@ -232,12 +232,7 @@ async fn an_api_outage_turns_everything_unknown_and_recycles_nothing() {
 async fn a_wrong_secret_is_unknown_with_an_actionable_message() {
     let (sim, server) = seed_sim().await;
     let checker = checker(&server, KEY, "not-the-secret", UsageHistoryMode::Auto);
-    let mut run = Run {
-        sim,
-        checker,
-        now: Timestamp::now(),
-        seen: BTreeMap::new(),
-    };
+    let mut run = Run::new(sim, checker);
     let poll = run.checker.poll(run.now).await;
     let err = poll.listing_error.expect("401");
     assert_eq!(err.kind(), "unauthorized");
