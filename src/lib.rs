@@ -6,12 +6,14 @@
 //! - [`verdict`]: the pure verdict engine (observation history → True/False/Unknown).
 //! - [`scope`]: one listing per scope per poll, matched to tracked VMs by id.
 //! - [`check`]: the one-shot `capc-health-shim check` command (client + engine, no Kubernetes).
+//! - [`k8s`]: the Kubernetes side (conversions now; the controller comes next).
 //! - [`sim`]: `cloudstack-sim`, a CloudStack API simulator used by tests, the demo and benchmarks.
 
 pub mod check;
 pub mod cli;
 pub mod cloudstack;
 pub mod demo;
+pub mod k8s;
 pub mod scope;
 pub mod sim;
 pub mod verdict;
