@@ -31,6 +31,12 @@ struct Args {
     /// Simulated seconds per real second (0 freezes time: only POST /sim/clock moves it).
     #[arg(long, default_value_t = 1.0)]
     time_scale: f64,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, requires = "tls_key", value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) for --tls-cert.
+    #[arg(long, requires = "tls_cert", value_name = "FILE")]
+    tls_key: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -82,7 +88,16 @@ async fn main() -> anyhow::Result<()> {
     }
     let sim = Simulator::with_time_scale(world, args.time_scale);
     let listener = tokio::net::TcpListener::bind(&args.listen).await?;
-    let server = sim::serve(listener, sim).await?;
+    let server = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let read = |p: &PathBuf| {
+                std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))
+            };
+            let tls = sim::tls_config(&read(cert)?, &read(key)?).map_err(anyhow::Error::msg)?;
+            sim::serve_tls(listener, sim, tls).await?
+        }
+        _ => sim::serve(listener, sim).await?,
+    };
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "cloudstack-sim listening on {}", server.base_url())?;

@@ -56,7 +56,7 @@ use serde_json::{json, Value};
 
 pub use clock::{real_now_ms, SimClock};
 pub use scenario::{load_scenario_file, parse_scenario, ScenarioError};
-pub use server::{serve, ApiFaults, SimServer};
+pub use server::{serve, serve_tls, tls_config, ApiFaults, SimServer};
 pub use world::{
     AccountType, Fault, GuestKind, HostControl, Ms, NetworkType, Role, RoleRule, Settings,
     Throttle, VmSpec, VmState, World, WorldError,

@@ -30,6 +30,7 @@ const OUTAGE_503: &str = "<html>\r\n<head><title>503 Service Temporarily Unavail
 /// A running simulator server.
 pub struct SimServer {
     addr: SocketAddr,
+    scheme: &'static str,
     stop: watch::Sender<bool>,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
@@ -40,14 +41,14 @@ impl SimServer {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` (`https://` when serving TLS)
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// `http://127.0.0.1:PORT/client/api`
     pub fn api_url(&self) -> String {
-        format!("http://{}/client/api", self.addr)
+        format!("{}/client/api", self.base_url())
     }
 
     /// Stops accepting, releases hanging requests and waits for the server task.
@@ -89,6 +90,76 @@ pub async fn serve(listener: TcpListener, sim: Simulator) -> std::io::Result<Sim
     });
     Ok(SimServer {
         addr,
+        scheme: "http",
+        stop: stop_tx,
+        shutdown: Some(tx),
+        task,
+    })
+}
+
+/// A TLS server configuration from PEM data (certificate chain, private key), on the ring
+/// provider the rest of the process uses.
+pub fn tls_config(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<std::sync::Arc<rustls::ServerConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("TLS certificate PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("TLS certificate PEM holds no certificate".into());
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("TLS private key PEM: {e}"))?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("TLS certificate/key: {e}"))?;
+    Ok(std::sync::Arc::new(config))
+}
+
+/// Serves the simulator over HTTPS (CloudStack is usually reached through TLS; this lets
+/// tests exercise certificate verification, `verify-ssl: false` and extra CA bundles).
+pub async fn serve_tls(
+    listener: TcpListener,
+    sim: Simulator,
+    tls: std::sync::Arc<rustls::ServerConfig>,
+) -> std::io::Result<SimServer> {
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (tx, mut rx) = oneshot::channel::<()>();
+    let app = router(App { sim, stop: stop_rx });
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut rx => break,
+                accepted = listener.accept() => {
+                    let Ok((tcp, _)) = accepted else { continue };
+                    let acceptor = acceptor.clone();
+                    let app = app.clone();
+                    tokio::spawn(async move {
+                        // A failed handshake (e.g. a client rejecting our certificate) ends
+                        // only that connection.
+                        let Ok(stream) = acceptor.accept(tcp).await else { return };
+                        let service = hyper_util::service::TowerToHyperService::new(app);
+                        let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            }
+        }
+        Ok(())
+    });
+    Ok(SimServer {
+        addr,
+        scheme: "https",
         stop: stop_tx,
         shutdown: Some(tx),
         task,
