@@ -1,6 +1,16 @@
 //! The Kubernetes side: Machines, CloudStackMachines and conditions. The controller
 //! (`capc-health-shim run`) grows here; the CloudStack side and the verdict engine stay free
-//! of Kubernetes types, and meet it only through the conversions in this module.
+//! of Kubernetes types and meet them only through this module.
+//!
+//! - [`capi`]: served API versions → write layout and remediation mode.
+//! - [`objects`]: tolerant views of Machines, MHC selection, Node matching (NodeNotLinked).
+//! - [`conditions`]: reading our condition back; the server-side-apply body for one entry.
+//! - [`escalation`]: the remediate-machine annotation and its guards.
+
+pub mod capi;
+pub mod conditions;
+pub mod escalation;
+pub mod objects;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 

@@ -30,7 +30,7 @@ pub fn next_condition(
 ) -> ConditionState {
     let last_transition_time = match previous {
         Some(p) if p.status == verdict.status => p.last_transition_time,
-        _ => now,
+        _ => whole_seconds(now),
     };
     ConditionState {
         type_: type_.to_string(),
@@ -39,6 +39,12 @@ pub fn next_condition(
         message: verdict.message.clone(),
         last_transition_time,
     }
+}
+
+/// Kubernetes stores condition times with second precision; so does the shim, so that a
+/// condition read back from the API server equals the one it computed.
+pub fn whole_seconds(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
 }
 
 /// Whether publishing `next` over `previous` would change nothing.

@@ -635,7 +635,7 @@ proptest! {
                 Some(p) if p.status == next.status => {
                     prop_assert_eq!(p.last_transition_time, next.last_transition_time)
                 }
-                _ => prop_assert_eq!(next.last_transition_time, now),
+                _ => prop_assert_eq!(next.last_transition_time, condition::whole_seconds(now)),
             }
             prev = Some(next);
         }
