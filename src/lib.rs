@@ -16,4 +16,5 @@ pub mod demo;
 pub mod k8s;
 pub mod scope;
 pub mod sim;
+pub mod status;
 pub mod verdict;

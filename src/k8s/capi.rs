@@ -6,7 +6,7 @@ use std::fmt;
 use thiserror::Error;
 
 /// How the shim gets a `False` Machine recycled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// CAPI 1.7–1.11: after the escalation delay, set `cluster.x-k8s.io/remediate-machine`.
@@ -29,7 +29,7 @@ impl fmt::Display for Mode {
 }
 
 /// Where the metav1 condition list lives for the Machine API version the shim writes through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ConditionLayout {
     /// `cluster.x-k8s.io/v1beta1` Machine: `status.v1beta2.conditions` (CAPI 1.9–1.10).
     V1Beta1WithV1Beta2Conditions,
@@ -67,11 +67,11 @@ pub struct ServedApis {
 }
 
 /// The outcome of discovery.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ApiChoice {
     pub mode: Mode,
     /// `auto` when detected, `forced` when the flag decided.
-    pub mode_source: &'static str,
+    pub mode_source: String,
     pub layout: ConditionLayout,
     pub cluster_version: String,
     pub mhc_version: String,
@@ -130,8 +130,8 @@ pub fn choose(served: &ServedApis, forced: Option<Mode>) -> Result<ApiChoice, Di
         Some(Mode::Condition) if !served.mhc_unhealthy_machine_conditions => {
             return Err(DiscoveryError::ConditionModeUnsupported)
         }
-        Some(m) => (m, "forced"),
-        None => (detected, "auto"),
+        Some(m) => (m, "forced".to_string()),
+        None => (detected, "auto".to_string()),
     };
     Ok(ApiChoice {
         mode,

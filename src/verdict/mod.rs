@@ -19,7 +19,7 @@ mod tests;
 use std::fmt;
 
 use jiff::Timestamp;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use condition::ConditionState;
 pub use engine::{evaluate, MachineFacts};
@@ -28,7 +28,7 @@ pub use guard::{MassFailureGuard, ScopeMember};
 pub use history::{PollOutcome, VmHistory};
 
 /// The condition status the shim publishes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Status {
     /// Evidence of health.
     True,

@@ -1,0 +1,89 @@
+//! What the running controller reports: the `/status` document (product.md §7) and the
+//! Prometheus metrics. The controller fills a [`StatusReport`] after every poll cycle; the
+//! HTTP side only reads it. No secret ever enters these types.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::k8s::capi::ApiChoice;
+use crate::verdict::Status;
+
+/// The whole `/status` document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// `capc-health-shim` version.
+    pub version: String,
+    pub generated_at: Option<Timestamp>,
+    /// This replica holds the leader Lease (only the leader polls and writes).
+    pub leader: bool,
+    /// Discovery succeeded and the caches are synced.
+    pub ready: bool,
+    /// Mode and API versions in use; `None` until discovery succeeded.
+    pub api: Option<ApiChoice>,
+    /// Problems an operator should look at (discovery, credentials, …), newest last.
+    pub problems: Vec<String>,
+    /// Per cluster (`namespace/name`) → per Machine name.
+    pub clusters: BTreeMap<String, ClusterReport>,
+    pub scopes: Vec<ScopeReport>,
+    pub failure_domains: Vec<FailureDomainReport>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterReport {
+    pub machines: BTreeMap<String, MachineReport>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MachineReport {
+    pub namespace: String,
+    pub name: String,
+    pub control_plane: bool,
+    /// The CloudStack VM id (`CloudStackMachine.spec.instanceID`); `None` before deploy.
+    pub vm_id: Option<String>,
+    pub vm_state: Option<String>,
+    /// `None` when there is nothing to judge yet (no instance id).
+    pub verdict: Option<Status>,
+    pub reason: Option<String>,
+    /// The evidence, as in the condition message.
+    pub message: Option<String>,
+    /// The condition's lastTransitionTime.
+    pub since: Option<Timestamp>,
+    /// `none`, `annotated`, `held` or `pending`.
+    pub escalation: String,
+    /// Why an escalation is held or pending (a `k8s::escalation::hold` reason and detail).
+    pub escalation_detail: Option<String>,
+    pub mhc_covered: bool,
+    /// Scope key the VM is polled in.
+    pub scope: Option<String>,
+    /// Console URL for a `False` Machine (only with `--console-links`).
+    pub console_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScopeReport {
+    /// e.g. `https://cloud.example/client/api project=… zone=…` (never a key).
+    pub key: String,
+    pub api_url: String,
+    pub machines: usize,
+    pub last_poll: Option<Timestamp>,
+    pub last_success: Option<Timestamp>,
+    pub last_error: Option<String>,
+    pub calls_total: u64,
+    /// `command/outcome` → count.
+    pub calls: BTreeMap<String, u64>,
+    pub rate_limit_wait_seconds: f64,
+    /// The mass-failure guard holds this scope's new `False` verdicts.
+    pub held: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FailureDomainReport {
+    pub namespace: String,
+    pub name: String,
+    pub machines: usize,
+    pub failing: usize,
+    /// `failing / machines` (0 when empty).
+    pub failure_ratio: f64,
+}
