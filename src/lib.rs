@@ -12,6 +12,7 @@
 pub mod check;
 pub mod cli;
 pub mod cloudstack;
+pub mod controller;
 pub mod demo;
 pub mod k8s;
 pub mod scope;

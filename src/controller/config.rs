@@ -1,0 +1,129 @@
+//! Flags of `capc-health-shim run`, each with an environment fallback. Invalid values fail at
+//! start-up with a message naming the flag (clap does the naming).
+
+use clap::{Args, ValueEnum};
+use jiff::SignedDuration;
+
+use crate::cli::{parse_duration, GraceArgs};
+use crate::k8s::capi::Mode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeFlag {
+    /// Detect from the served APIs (annotate for CAPI ≤ 1.11, condition for 1.12+).
+    Auto,
+    Annotate,
+    Condition,
+    Observe,
+}
+
+impl ModeFlag {
+    pub fn forced(self) -> Option<Mode> {
+        match self {
+            Self::Auto => None,
+            Self::Annotate => Some(Mode::Annotate),
+            Self::Condition => Some(Mode::Condition),
+            Self::Observe => Some(Mode::Observe),
+        }
+    }
+}
+
+/// `URL=NAMESPACE/NAME`: use that Secret's keys for the CloudStack endpoint at URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointOverride {
+    pub api_url: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+pub fn parse_override(s: &str) -> Result<EndpointOverride, String> {
+    let (url, secret) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?}: expected API_URL=NAMESPACE/SECRET"))?;
+    let (namespace, name) = secret
+        .split_once('/')
+        .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
+        .ok_or_else(|| format!("{s:?}: the Secret must be given as NAMESPACE/NAME"))?;
+    url::Url::parse(url).map_err(|e| format!("{s:?}: {url:?} is not a URL ({e})"))?;
+    Ok(EndpointOverride {
+        api_url: url.to_string(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    })
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Time between polls of each CloudStack scope (jittered by ±10%).
+    #[arg(long, env = "CAPC_HEALTH_POLL_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub poll_interval: SignedDuration,
+    /// How long a verdict must stay False before the remediate-machine annotation is set (annotate mode).
+    #[arg(long, env = "CAPC_HEALTH_ESCALATION_DELAY", default_value = "60s", value_parser = parse_duration)]
+    pub escalation_delay: SignedDuration,
+    /// The Machine condition type the shim owns.
+    #[arg(long, env = "CAPC_HEALTH_CONDITION_TYPE", default_value = crate::verdict::condition::DEFAULT_CONDITION_TYPE)]
+    pub condition_type: String,
+    /// Remediation mode.
+    #[arg(long, env = "CAPC_HEALTH_MODE", value_enum, default_value = "auto")]
+    pub mode: ModeFlag,
+    /// Namespaces whose Machines are judged (repeatable; default: all).
+    #[arg(
+        long = "namespace",
+        env = "CAPC_HEALTH_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<String>,
+    /// Listener for /status, /metrics, /healthz and /readyz.
+    #[arg(long, env = "CAPC_HEALTH_STATUS_ADDR", default_value = "0.0.0.0:8080")]
+    pub status_addr: String,
+    /// Use another Secret's keys (e.g. a read-only key) for an endpoint: API_URL=NAMESPACE/NAME (repeatable).
+    #[arg(long = "endpoint-credentials", env = "CAPC_HEALTH_ENDPOINT_CREDENTIALS", value_delimiter = ',', value_parser = parse_override)]
+    pub endpoint_credentials: Vec<EndpointOverride>,
+    /// Timeout for the workload-cluster Node lookup of the NodeNotLinked guard.
+    #[arg(long, env = "CAPC_HEALTH_WORKLOAD_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub workload_timeout: SignedDuration,
+    /// Timeout of one CloudStack HTTP request.
+    #[arg(long, env = "CAPC_HEALTH_REQUEST_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    pub request_timeout: SignedDuration,
+    /// Client-side rate limit per CloudStack endpoint (requests per second).
+    #[arg(long, env = "CAPC_HEALTH_RATE_LIMIT", default_value_t = 5.0)]
+    pub rate_limit: f64,
+    /// Skip leader election (single replica, tests).
+    #[arg(long, env = "CAPC_HEALTH_NO_LEADER_ELECTION")]
+    pub no_leader_election: bool,
+    /// Lease name for leader election.
+    #[arg(
+        long,
+        env = "CAPC_HEALTH_LEASE_NAME",
+        default_value = "capc-health-shim"
+    )]
+    pub lease_name: String,
+    /// Lease namespace (default: the pod's namespace, else `default`).
+    #[arg(long, env = "CAPC_HEALTH_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    #[command(flatten)]
+    pub graces: GraceArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_overrides_name_what_is_wrong() {
+        let o = parse_override("https://cloud.example/client/api=capc-system/ro-key").unwrap();
+        assert_eq!(o.api_url, "https://cloud.example/client/api");
+        assert_eq!(
+            (o.namespace.as_str(), o.name.as_str()),
+            ("capc-system", "ro-key")
+        );
+        assert!(parse_override("https://x/client/api")
+            .unwrap_err()
+            .contains("API_URL=NAMESPACE/SECRET"));
+        assert!(parse_override("https://x/client/api=justaname")
+            .unwrap_err()
+            .contains("NAMESPACE/NAME"));
+        assert!(parse_override("not a url=ns/n")
+            .unwrap_err()
+            .contains("not a URL"));
+    }
+}

@@ -1,0 +1,709 @@
+//! One poll cycle of the controller: gather (watched objects, credentials) → poll (one
+//! listing per scope) → decide (verdict engine, mass-failure guard, escalation guards — all
+//! pure) → act (condition, annotation, Events) → report (`/status`).
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use kube::Client;
+use tokio::sync::RwLock;
+
+use super::config::RunArgs;
+use super::kube_io::{self, Events, Resources, Stores};
+use super::targets::{self, EndpointRef, Objects, Target, TargetProblem};
+use crate::cloudstack::client::{ClientConfig, CloudStackClient, VmListQuery};
+use crate::cloudstack::error::CloudStackError;
+use crate::cloudstack::model::CsTime;
+use crate::cloudstack::ratelimit::RateLimit;
+use crate::k8s::capi::{ApiChoice, Mode};
+use crate::k8s::escalation::{self, Escalation, EscalationFacts};
+use crate::k8s::objects::{matching_node, well_known};
+use crate::scope::{ScopeObserver, ScopePoll};
+use crate::status::{ClusterReport, FailureDomainReport, MachineReport, ScopeReport, StatusReport};
+use crate::verdict::condition::{is_unchanged, next_condition};
+use crate::verdict::{
+    evaluate, reason, ConditionState, Graces, MachineFacts, MassFailureGuard, ScopeMember, Status,
+    Verdict,
+};
+
+/// The reason for Machines whose CloudStack credentials cannot be had.
+pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
+
+struct ScopeState {
+    client: CloudStackClient,
+    fingerprint: u64,
+    observer: ScopeObserver,
+    usage_history: bool,
+    report: ScopeReport,
+}
+
+/// The controller's state between cycles.
+pub struct Controller {
+    client: Client,
+    args: RunArgs,
+    api: ApiChoice,
+    resources: Resources,
+    stores: Stores,
+    events: Events,
+    graces: Graces,
+    guard: MassFailureGuard,
+    report: Arc<RwLock<StatusReport>>,
+    scopes: BTreeMap<String, ScopeState>,
+}
+
+/// What a cycle did, for logs and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CycleSummary {
+    pub machines: usize,
+    pub scopes: usize,
+    pub condition_writes: usize,
+    pub annotations: usize,
+    pub problems: Vec<String>,
+}
+
+fn fingerprint(data: &BTreeMap<String, String>) -> u64 {
+    let mut h = DefaultHasher::new();
+    for k in ["api-url", "api-key", "secret-key", "verify-ssl"] {
+        data.get(k).hash(&mut h);
+    }
+    h.finish()
+}
+
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36 && s.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
+fn scope_key(api_url: &str, e: &EndpointRef) -> String {
+    format!(
+        "{api_url} project={} zone={}",
+        e.project.as_deref().unwrap_or("-"),
+        e.zone_id.as_deref().unwrap_or("-")
+    )
+}
+
+fn to_std(d: SignedDuration) -> Duration {
+    Duration::try_from(d).unwrap_or(Duration::ZERO)
+}
+
+impl Controller {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        args: RunArgs,
+        api: ApiChoice,
+        resources: Resources,
+        stores: Stores,
+        report: Arc<RwLock<StatusReport>>,
+    ) -> Self {
+        let graces = args.graces.graces(args.poll_interval);
+        let guard = args.graces.guard();
+        let events = Events::new(&client, &resources.machine);
+        Self {
+            client,
+            args,
+            api,
+            resources,
+            stores,
+            events,
+            graces,
+            guard,
+            report,
+            scopes: BTreeMap::new(),
+        }
+    }
+
+    /// Reads the endpoint's Secret (and the operator's override for that URL) into a client
+    /// configuration. Errors name Secrets and keys, never values.
+    async fn credentials(
+        &self,
+        e: &EndpointRef,
+    ) -> Result<(BTreeMap<String, String>, ClientConfig), String> {
+        let mut data =
+            kube_io::secret_data(&self.client, &e.secret_namespace, &e.secret_name).await?;
+        if let Some(url) = data.get("api-url").map(|u| u.trim().to_string()) {
+            if let Some(o) = self
+                .args
+                .endpoint_credentials
+                .iter()
+                .find(|o| o.api_url == url)
+            {
+                let over = kube_io::secret_data(&self.client, &o.namespace, &o.name).await?;
+                for k in ["api-key", "secret-key", "verify-ssl"] {
+                    if let Some(v) = over.get(k) {
+                        data.insert(k.to_string(), v.clone());
+                    }
+                }
+            }
+        }
+        let mut cfg = ClientConfig::from_secret_data(&data)
+            .map_err(|err| format!("Secret {}/{}: {err}", e.secret_namespace, e.secret_name))?;
+        cfg.request_timeout = to_std(self.args.request_timeout);
+        cfg.rate_limit = (self.args.rate_limit > 0.0).then(|| RateLimit {
+            per_second: self.args.rate_limit,
+            burst: (self.args.rate_limit.ceil() as u32).max(1) * 2,
+        });
+        Ok((data, cfg))
+    }
+
+    /// Runs one cycle at `now`.
+    pub async fn cycle(&mut self, now: Timestamp) -> CycleSummary {
+        let mut summary = CycleSummary::default();
+        let machines = kube_io::snapshot(&self.stores.machines);
+        let targets = targets::build(
+            &Objects {
+                machines: &machines,
+                cloudstack_machines: &kube_io::snapshot(&self.stores.cloudstack_machines),
+                failure_domains: &kube_io::snapshot(&self.stores.failure_domains),
+                clusters: &kube_io::snapshot(&self.stores.clusters),
+                health_checks: &kube_io::snapshot(&self.stores.health_checks),
+            },
+            self.api.layout,
+            &self.args.condition_type,
+            &self.args.namespaces,
+        );
+        summary.machines = targets.len();
+
+        // Gather: credentials and scopes.
+        let mut by_endpoint: BTreeMap<EndpointRef, Vec<String>> = BTreeMap::new();
+        for t in &targets {
+            if let (Some(e), Some(id), None) = (&t.endpoint, &t.instance_id, &t.problem) {
+                by_endpoint.entry(e.clone()).or_default().push(id.clone());
+            }
+        }
+        let mut scope_of: HashMap<EndpointRef, String> = HashMap::new();
+        let mut credential_errors: HashMap<EndpointRef, String> = HashMap::new();
+        for (endpoint, ids) in &by_endpoint {
+            match self.credentials(endpoint).await {
+                Err(e) => {
+                    summary.problems.push(e.clone());
+                    credential_errors.insert(endpoint.clone(), e);
+                }
+                Ok((data, cfg)) => {
+                    let key = scope_key(cfg.api_url.as_str(), endpoint);
+                    let fp = fingerprint(&data);
+                    let needs_client = self.scopes.get(&key).is_none_or(|s| s.fingerprint != fp);
+                    if needs_client {
+                        match CloudStackClient::new(cfg) {
+                            Ok(client) => {
+                                let observer = self
+                                    .scopes
+                                    .remove(&key)
+                                    .map(|s| s.observer)
+                                    .unwrap_or_else(|| ScopeObserver::tracking(Vec::new()));
+                                let report = ScopeReport {
+                                    key: key.clone(),
+                                    api_url: client.api_url().to_string(),
+                                    ..Default::default()
+                                };
+                                self.scopes.insert(
+                                    key.clone(),
+                                    ScopeState {
+                                        client,
+                                        fingerprint: fp,
+                                        observer,
+                                        usage_history: true,
+                                        report,
+                                    },
+                                );
+                            }
+                            Err(e) => {
+                                let msg = format!(
+                                    "Secret {}/{}: {e}",
+                                    endpoint.secret_namespace, endpoint.secret_name
+                                );
+                                summary.problems.push(msg.clone());
+                                credential_errors.insert(endpoint.clone(), msg);
+                                continue;
+                            }
+                        }
+                    }
+                    let scope = self.scopes.get_mut(&key).expect("inserted above");
+                    let wanted: BTreeSet<&String> = ids.iter().collect();
+                    scope.observer.histories.retain(|id, _| wanted.contains(id));
+                    for id in ids {
+                        scope
+                            .observer
+                            .histories
+                            .entry(id.clone())
+                            .or_insert_with(|| crate::verdict::VmHistory::new(id.clone()));
+                    }
+                    scope_of.insert(endpoint.clone(), key);
+                }
+            }
+        }
+        let live: BTreeSet<&String> = scope_of.values().collect();
+        self.scopes.retain(|k, _| live.contains(k));
+        summary.scopes = self.scopes.len();
+
+        // Poll: one listing per scope.
+        let project_of: HashMap<String, Option<String>> = scope_of
+            .iter()
+            .map(|(e, k)| (k.clone(), e.project.clone()))
+            .collect();
+        let zone_of: HashMap<String, Option<String>> = scope_of
+            .iter()
+            .map(|(e, k)| (k.clone(), e.zone_id.clone()))
+            .collect();
+        for (key, scope) in self.scopes.iter_mut() {
+            let project = project_of.get(key).cloned().flatten();
+            let query = VmListQuery {
+                // A project name cannot be sent as projectid: list every project the key
+                // sees (`-1`) and match by VM id, which is what decides anyway.
+                project_id: project.map(|p| if is_uuid(&p) { p } else { "-1".to_string() }),
+                zone_id: zone_of.get(key).cloned().flatten(),
+                ..Default::default()
+            };
+            poll_scope(scope, &query, &self.graces, now).await;
+        }
+
+        // Decide.
+        let mut verdicts: Vec<Option<Verdict>> = Vec::with_capacity(targets.len());
+        for t in &targets {
+            verdicts.push(self.verdict_for(t, &scope_of, &credential_errors, now));
+        }
+        // Mass-failure guard, per scope.
+        let mut members_by_scope: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, t) in targets.iter().enumerate() {
+            if let (Some(e), Some(_)) = (&t.endpoint, &verdicts[i]) {
+                if let Some(k) = scope_of.get(e) {
+                    members_by_scope.entry(k.clone()).or_default().push(i);
+                }
+            }
+        }
+        for (key, idx) in &members_by_scope {
+            let mut members: Vec<ScopeMember> = idx
+                .iter()
+                .map(|&i| ScopeMember {
+                    candidate: verdicts[i].clone().expect("filtered above"),
+                    false_since: targets[i]
+                        .current
+                        .as_ref()
+                        .filter(|c| c.status == Status::False)
+                        .map(|c| c.last_transition_time),
+                })
+                .collect();
+            let outcome = self.guard.apply(&mut members, now);
+            if let Some(s) = self.scopes.get_mut(key) {
+                s.report.held = outcome.held;
+                s.report.machines = idx.len();
+            }
+            if outcome.held {
+                summary.problems.push(format!(
+                    "mass-failure guard holds scope {key}: {} of {} Machines failing",
+                    outcome.failing, outcome.total
+                ));
+            }
+            for (member, &i) in members.into_iter().zip(idx) {
+                verdicts[i] = Some(member.candidate);
+            }
+        }
+
+        // Act and report.
+        let mut reports: BTreeMap<String, ClusterReport> = BTreeMap::new();
+        let mut cp_in_flight: BTreeSet<(String, String)> = targets
+            .iter()
+            .filter(|t| {
+                t.machine.is_control_plane() && t.machine.annotated(well_known::REMEDIATE_MACHINE)
+            })
+            .map(|t| (t.machine.namespace.clone(), t.machine.cluster_name.clone()))
+            .collect();
+        for (t, verdict) in targets.iter().zip(verdicts) {
+            let mut report = MachineReport {
+                namespace: t.machine.namespace.clone(),
+                name: t.machine.name.clone(),
+                control_plane: t.machine.is_control_plane(),
+                vm_id: t.instance_id.clone(),
+                mhc_covered: t.mhc_covered,
+                escalation: if t.machine.annotated(well_known::REMEDIATE_MACHINE) {
+                    "annotated"
+                } else {
+                    "none"
+                }
+                .into(),
+                scope: t.endpoint.as_ref().and_then(|e| scope_of.get(e).cloned()),
+                ..Default::default()
+            };
+            if let Some(h) = report
+                .scope
+                .as_ref()
+                .and_then(|k| self.scopes.get(k))
+                .and_then(|s| {
+                    t.instance_id
+                        .as_ref()
+                        .and_then(|id| s.observer.histories.get(id))
+                })
+            {
+                report.vm_state = h.sighting.as_ref().map(|s| s.state.to_string());
+            }
+            match &t.problem {
+                Some(TargetProblem::NoCloudStackMachine(name)) => {
+                    report.message = Some(format!(
+                        "CloudStackMachine {name} not found; nothing to judge yet"
+                    ))
+                }
+                Some(TargetProblem::NoInstanceId) => {
+                    report.message =
+                        Some("the CloudStackMachine has no instanceID yet (VM not deployed)".into())
+                }
+                _ => {}
+            }
+            if let Some(verdict) = verdict {
+                let published = self.publish(t, &verdict, now, &mut summary).await;
+                report.verdict = Some(published.status);
+                report.reason = Some(published.reason.clone());
+                report.message = Some(published.message.clone());
+                report.since = Some(published.last_transition_time);
+                self.escalate(
+                    t,
+                    &published,
+                    now,
+                    &mut cp_in_flight,
+                    &mut report,
+                    &mut summary,
+                )
+                .await;
+            }
+            reports
+                .entry(format!(
+                    "{}/{}",
+                    t.machine.namespace, t.machine.cluster_name
+                ))
+                .or_default()
+                .machines
+                .insert(t.machine.name.clone(), report);
+        }
+        self.write_report(reports, &summary, now).await;
+        summary
+    }
+
+    fn verdict_for(
+        &mut self,
+        t: &Target,
+        scope_of: &HashMap<EndpointRef, String>,
+        credential_errors: &HashMap<EndpointRef, String>,
+        now: Timestamp,
+    ) -> Option<Verdict> {
+        match &t.problem {
+            Some(TargetProblem::NoCloudStackMachine(_)) | Some(TargetProblem::NoInstanceId) => {
+                return None
+            }
+            Some(TargetProblem::NoFailureDomain(fd)) => return Some(Verdict::new(
+                Status::Unknown,
+                CREDENTIALS_UNAVAILABLE,
+                format!(
+                    "failure domain {fd} (and so the CloudStack endpoint and its Secret) not found"
+                ),
+            )),
+            None => {}
+        }
+        let endpoint = t.endpoint.as_ref()?;
+        if let Some(e) = credential_errors.get(endpoint) {
+            return Some(Verdict::new(
+                Status::Unknown,
+                CREDENTIALS_UNAVAILABLE,
+                e.clone(),
+            ));
+        }
+        let scope = self.scopes.get_mut(scope_of.get(endpoint)?)?;
+        let id = t.instance_id.as_ref()?;
+        let history = scope.observer.histories.get_mut(id)?;
+        // After a restart, CAPC's record of when the state last changed keeps graces from
+        // starting over (only ever moves the start earlier, and only for the same state).
+        if let (Some(state), Some(since), Some(seen)) =
+            (&t.csm_state, t.csm_state_since, &history.sighting)
+        {
+            if seen.state.as_str() == state {
+                history.anchor_state_since(since);
+            }
+        }
+        let facts = MachineFacts {
+            has_node: t.machine.has_node_ref,
+            deleting: t.machine.deleting,
+            unlinked_node: None,
+        };
+        Some(evaluate(history, &facts, &self.graces, now))
+    }
+
+    /// Writes the condition if it changed; returns what is now published.
+    async fn publish(
+        &self,
+        t: &Target,
+        verdict: &Verdict,
+        now: Timestamp,
+        summary: &mut CycleSummary,
+    ) -> ConditionState {
+        let next = next_condition(t.current.as_ref(), &self.args.condition_type, verdict, now);
+        if is_unchanged(t.current.as_ref(), &next) {
+            return next;
+        }
+        match kube_io::apply_condition(
+            &self.client,
+            &self.resources.machine,
+            self.api.layout,
+            &t.machine.namespace,
+            &t.machine.name,
+            &next,
+        )
+        .await
+        {
+            Ok(()) => {
+                summary.condition_writes += 1;
+                if t.current.as_ref().map(|c| c.status) != Some(next.status) {
+                    tracing::info!(machine = %format!("{}/{}", t.machine.namespace, t.machine.name),
+                        status = %next.status, reason = %next.reason, message = %next.message, "verdict changed");
+                    self.events
+                        .publish(
+                            &t.machine.namespace,
+                            &t.machine.name,
+                            None,
+                            next.status != Status::True,
+                            &next.reason,
+                            format!(
+                                "{} is {}: {}",
+                                self.args.condition_type, next.status, next.message
+                            ),
+                        )
+                        .await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "condition write failed; retried next cycle");
+                summary.problems.push(e);
+            }
+        }
+        next
+    }
+
+    async fn escalate(
+        &self,
+        t: &Target,
+        published: &ConditionState,
+        now: Timestamp,
+        cp_in_flight: &mut BTreeSet<(String, String)>,
+        report: &mut MachineReport,
+        summary: &mut CycleSummary,
+    ) {
+        let cluster = (t.machine.namespace.clone(), t.machine.cluster_name.clone());
+        let decision = escalation::decide(&EscalationFacts {
+            mode: self.api.mode,
+            machine: &t.machine,
+            status: published.status,
+            since: published.last_transition_time,
+            now,
+            delay: self.args.escalation_delay,
+            covered_by_mhc: t.mhc_covered,
+            cluster_paused: t.cluster_paused,
+            control_plane_escalation_in_flight: cp_in_flight.contains(&cluster),
+        });
+        match decision {
+            Escalation::NotNeeded => {}
+            Escalation::AlreadyAnnotated => report.escalation = "annotated".into(),
+            Escalation::Held {
+                reason,
+                message,
+                until,
+            } => {
+                report.escalation = if until.is_some() { "pending" } else { "held" }.into();
+                report.escalation_detail = Some(format!("{reason}: {message}"));
+            }
+            Escalation::Annotate => {
+                if !t.machine.has_node_ref {
+                    if let Some(node) = self.unlinked_node(t, report).await {
+                        let verdict = Verdict::new(
+                            Status::Unknown,
+                            reason::NODE_NOT_LINKED,
+                            format!(
+                                "would escalate ({}: {}), but Node {node} matches this VM while the Machine has no nodeRef; \
+                                 check why CAPI has not linked it",
+                                published.reason, published.message
+                            ),
+                        );
+                        let mut linked = t.clone();
+                        linked.current = Some(published.clone());
+                        let now_published = self.publish(&linked, &verdict, now, summary).await;
+                        report.verdict = Some(now_published.status);
+                        report.reason = Some(now_published.reason);
+                        report.message = Some(now_published.message);
+                        report.since = Some(now_published.last_transition_time);
+                        report.escalation = "held".into();
+                        report.escalation_detail =
+                            Some(format!("{}: Node {node} exists", reason::NODE_NOT_LINKED));
+                        return;
+                    }
+                }
+                match kube_io::annotate_for_remediation(
+                    &self.client,
+                    &self.resources.machine,
+                    &t.machine.namespace,
+                    &t.machine.name,
+                    &published.reason,
+                )
+                .await
+                {
+                    Ok(()) => {
+                        summary.annotations += 1;
+                        report.escalation = "annotated".into();
+                        if t.machine.is_control_plane() {
+                            cp_in_flight.insert(cluster);
+                        }
+                        tracing::warn!(machine = %format!("{}/{}", t.machine.namespace, t.machine.name),
+                            reason = %published.reason, "escalated: remediate-machine annotation set");
+                        self.events
+                            .publish(
+                                &t.machine.namespace,
+                                &t.machine.name,
+                                None,
+                                true,
+                                "RemediationRequested",
+                                format!(
+                                    "set {} after {} False since {}: {}",
+                                    well_known::REMEDIATE_MACHINE,
+                                    self.args.condition_type,
+                                    crate::verdict::at(published.last_transition_time),
+                                    published.message
+                                ),
+                            )
+                            .await;
+                    }
+                    Err(e) => summary.problems.push(e),
+                }
+            }
+        }
+    }
+
+    /// The NodeNotLinked guard: a Node matching the VM exists although the Machine has none.
+    async fn unlinked_node(&self, t: &Target, report: &mut MachineReport) -> Option<String> {
+        let addresses: Vec<String> = report
+            .scope
+            .as_ref()
+            .and_then(|k| self.scopes.get(k))
+            .and_then(|s| {
+                t.instance_id
+                    .as_ref()
+                    .and_then(|id| s.observer.histories.get(id))
+            })
+            .and_then(|h| h.sighting.as_ref())
+            .map(|s| s.addresses.clone())
+            .unwrap_or_default();
+        match kube_io::workload_nodes(
+            &self.client,
+            &t.machine.namespace,
+            &t.machine.cluster_name,
+            to_std(self.args.workload_timeout),
+        )
+        .await
+        {
+            Ok(nodes) => matching_node(&nodes, &t.machine.name, &addresses).map(str::to_string),
+            Err(e) => {
+                tracing::debug!(error = %e, "NodeNotLinked check skipped");
+                None
+            }
+        }
+    }
+
+    async fn write_report(
+        &self,
+        clusters: BTreeMap<String, ClusterReport>,
+        summary: &CycleSummary,
+        now: Timestamp,
+    ) {
+        let mut fds: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
+        for (key, c) in &clusters {
+            let ns = key.split('/').next().unwrap_or_default().to_string();
+            for m in c.machines.values() {
+                let entry = fds
+                    .entry((ns.clone(), m.scope.clone().unwrap_or_else(|| "-".into())))
+                    .or_default();
+                entry.0 += 1;
+                if m.verdict == Some(Status::False) {
+                    entry.1 += 1;
+                }
+            }
+        }
+        let mut r = self.report.write().await;
+        r.generated_at = Some(now);
+        r.api = Some(self.api.clone());
+        r.problems = summary.problems.clone();
+        r.clusters = clusters;
+        r.scopes = self.scopes.values().map(|s| s.report.clone()).collect();
+        r.failure_domains = fds
+            .into_iter()
+            .map(
+                |((namespace, name), (machines, failing))| FailureDomainReport {
+                    namespace,
+                    name,
+                    machines,
+                    failing,
+                    failure_ratio: if machines == 0 {
+                        0.0
+                    } else {
+                        failing as f64 / machines as f64
+                    },
+                },
+            )
+            .collect();
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.api.mode
+    }
+}
+
+async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces, now: Timestamp) {
+    scope.report.last_poll = Some(now);
+    match scope.client.list_virtual_machines(query).await {
+        Ok(listing) => {
+            scope.observer.record(
+                ScopePoll::Listed {
+                    vms: &listing.vms,
+                    complete: listing.complete,
+                },
+                now,
+                graces,
+            );
+            scope.report.last_success = Some(now);
+            scope.report.last_error = (!listing.complete).then(|| {
+                format!(
+                    "listing incomplete: {} item(s) could not be read",
+                    listing.failures.len()
+                )
+            });
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            scope.observer.record(ScopePoll::Failed(&msg), now, graces);
+            scope.report.last_error = Some(msg);
+            return;
+        }
+    }
+    if scope.usage_history {
+        let ids = scope.observer.running_ids();
+        if !ids.is_empty() {
+            let lookback = graces.stats_interval
+                * (i32::try_from(graces.silent_samples)
+                    .unwrap_or(3)
+                    .saturating_add(3));
+            match scope
+                .client
+                .list_usage_history(&ids, Some(CsTime(now - lookback)))
+                .await
+            {
+                Ok(items) => scope.observer.record_usage(&items, now),
+                Err(CloudStackError::Unsupported { .. }) => scope.usage_history = false,
+                Err(e) => tracing::debug!(error = %e, "usage history skipped this cycle"),
+            }
+        }
+    }
+    let stats = scope.client.stats();
+    scope.report.calls_total = stats.calls;
+    scope.report.calls = stats
+        .by_command
+        .iter()
+        .map(|((cmd, outcome), n)| (format!("{cmd}/{outcome}"), *n))
+        .collect();
+    scope.report.rate_limit_wait_seconds = stats.rate_limit_wait.as_secs_f64();
+}

@@ -1,0 +1,387 @@
+//! The Kubernetes edge: discovery of served versions, watches (reflectors) of the objects the
+//! shim reads, and its three kinds of writes — the status condition (server-side apply of one
+//! entry), the remediate annotation (merge patch of one key) and Events. Foreign objects are
+//! only ever patched, never replaced.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, ResourceExt};
+use serde_json::{json, Value};
+
+use crate::k8s::capi::{ApiChoice, ConditionLayout, ServedApis};
+use crate::k8s::conditions::{apply_body, FIELD_MANAGER};
+use crate::k8s::objects::well_known;
+use crate::verdict::ConditionState;
+
+const CAPI_GROUP: &str = "cluster.x-k8s.io";
+const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
+
+/// The API resources the shim uses, at the versions discovery chose.
+#[derive(Debug, Clone)]
+pub struct Resources {
+    pub machine: ApiResource,
+    pub cluster: ApiResource,
+    pub mhc: ApiResource,
+    pub cloudstack_machine: ApiResource,
+    pub failure_domain: ApiResource,
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+impl Resources {
+    pub fn for_choice(c: &ApiChoice) -> Self {
+        let machine_version = match c.layout {
+            ConditionLayout::V1Beta2 => "v1beta2",
+            ConditionLayout::V1Beta1WithV1Beta2Conditions => "v1beta1",
+        };
+        Self {
+            machine: resource(CAPI_GROUP, machine_version, "Machine", "machines"),
+            cluster: resource(CAPI_GROUP, &c.cluster_version, "Cluster", "clusters"),
+            mhc: resource(
+                CAPI_GROUP,
+                &c.mhc_version,
+                "MachineHealthCheck",
+                "machinehealthchecks",
+            ),
+            cloudstack_machine: resource(
+                INFRA_GROUP,
+                &c.cloudstack_machine_version,
+                "CloudStackMachine",
+                "cloudstackmachines",
+            ),
+            failure_domain: resource(
+                INFRA_GROUP,
+                &c.cloudstack_failure_domain_version,
+                "CloudStackFailureDomain",
+                "cloudstackfailuredomains",
+            ),
+        }
+    }
+}
+
+async fn served_versions(
+    client: &Client,
+    group: &str,
+    kinds: &[&str],
+) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> =
+        kinds.iter().map(|k| (k.to_string(), Vec::new())).collect();
+    // A missing group is an empty answer here; `choose` turns it into the operator's error.
+    let Ok(g) = kube::discovery::group(client, group).await else {
+        return out;
+    };
+    for version in g.versions() {
+        for (ar, _) in g.versioned_resources(version) {
+            if let Some(v) = out.get_mut(&ar.kind) {
+                v.push(version.to_string());
+            }
+        }
+    }
+    out
+}
+
+/// What is served, including whether the MHC schema has `unhealthyMachineConditions`.
+/// A problem that does not stop discovery (e.g. no permission to read CRDs) is returned too.
+pub async fn discover(client: &Client) -> (ServedApis, Vec<String>) {
+    let capi = served_versions(
+        client,
+        CAPI_GROUP,
+        &["Machine", "Cluster", "MachineHealthCheck"],
+    )
+    .await;
+    let infra = served_versions(
+        client,
+        INFRA_GROUP,
+        &["CloudStackMachine", "CloudStackFailureDomain"],
+    )
+    .await;
+    let mut problems = Vec::new();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let unhealthy_machine_conditions = match crds
+        .get_opt("machinehealthchecks.cluster.x-k8s.io")
+        .await
+    {
+        Ok(Some(crd)) => serde_json::to_string(&crd.spec.versions)
+            .map(|s| s.contains("unhealthyMachineConditions"))
+            .unwrap_or(false),
+        Ok(None) => false,
+        Err(e) => {
+            problems.push(format!(
+                "cannot read the MachineHealthCheck CRD to detect unhealthyMachineConditions ({e}); assuming it is absent"
+            ));
+            false
+        }
+    };
+    let take = |m: &BTreeMap<String, Vec<String>>, k: &str| m.get(k).cloned().unwrap_or_default();
+    (
+        ServedApis {
+            machine: take(&capi, "Machine"),
+            cluster: take(&capi, "Cluster"),
+            machine_health_check: take(&capi, "MachineHealthCheck"),
+            mhc_unhealthy_machine_conditions: unhealthy_machine_conditions,
+            cloudstack_machine: take(&infra, "CloudStackMachine"),
+            cloudstack_failure_domain: take(&infra, "CloudStackFailureDomain"),
+        },
+        problems,
+    )
+}
+
+/// The watched objects, kept current by reflectors. `DynamicObject` watches cannot fail on
+/// a malformed object: each is plain JSON, judged later by the tolerant readers.
+#[derive(Clone)]
+pub struct Stores {
+    pub machines: Store<DynamicObject>,
+    pub cloudstack_machines: Store<DynamicObject>,
+    pub failure_domains: Store<DynamicObject>,
+    pub clusters: Store<DynamicObject>,
+    pub health_checks: Store<DynamicObject>,
+}
+
+fn reflect(client: &Client, ar: &ApiResource) -> Store<DynamicObject> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
+    let writer = reflector::store::Writer::new(ar.clone());
+    let reader = writer.as_reader();
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
+        .reflect(writer);
+    let kind = ar.kind.clone();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            if let Err(e) = event {
+                tracing::warn!(kind = %kind, error = %e, "watch error; retrying with back-off");
+            }
+        }
+    });
+    reader
+}
+
+impl Stores {
+    pub fn start(client: &Client, r: &Resources) -> Self {
+        Self {
+            machines: reflect(client, &r.machine),
+            cloudstack_machines: reflect(client, &r.cloudstack_machine),
+            failure_domains: reflect(client, &r.failure_domain),
+            clusters: reflect(client, &r.cluster),
+            health_checks: reflect(client, &r.mhc),
+        }
+    }
+
+    pub async fn wait_until_ready(&self, timeout: Duration) -> bool {
+        let all = async {
+            let _ = self.machines.wait_until_ready().await;
+            let _ = self.cloudstack_machines.wait_until_ready().await;
+            let _ = self.failure_domains.wait_until_ready().await;
+            let _ = self.clusters.wait_until_ready().await;
+            let _ = self.health_checks.wait_until_ready().await;
+        };
+        tokio::time::timeout(timeout, all).await.is_ok()
+    }
+}
+
+/// A store's objects as JSON.
+pub fn snapshot(store: &Store<DynamicObject>) -> Vec<Value> {
+    store
+        .state()
+        .iter()
+        .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
+        .collect()
+}
+
+/// The data of a Secret as strings; errors name the Secret, never its content.
+pub async fn secret_data(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<BTreeMap<String, String>, String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = api
+        .get_opt(name)
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot read Secret {namespace}/{name}: {}",
+                kube_error_summary(&e)
+            )
+        })?
+        .ok_or_else(|| format!("Secret {namespace}/{name} does not exist"))?;
+    let mut out = BTreeMap::new();
+    for (k, v) in secret.data.unwrap_or_default() {
+        out.insert(k, String::from_utf8_lossy(&v.0).into_owned());
+    }
+    for (k, v) in secret.string_data.unwrap_or_default() {
+        out.entry(k).or_insert(v);
+    }
+    Ok(out)
+}
+
+/// A short, secret-free description of a kube error.
+pub fn kube_error_summary(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
+        other => other.to_string(),
+    }
+}
+
+/// Server-side apply of our one condition entry on the Machine's status.
+pub async fn apply_condition(
+    client: &Client,
+    machine: &ApiResource,
+    layout: ConditionLayout,
+    namespace: &str,
+    name: &str,
+    condition: &ConditionState,
+) -> Result<(), String> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, machine);
+    let body = apply_body(layout, namespace, name, condition);
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| {
+        format!(
+            "cannot write the condition on Machine {namespace}/{name}: {}",
+            kube_error_summary(&e)
+        )
+    })
+}
+
+/// Sets `cluster.x-k8s.io/remediate-machine` (a merge patch of that one key).
+pub async fn annotate_for_remediation(
+    client: &Client,
+    machine: &ApiResource,
+    namespace: &str,
+    name: &str,
+    why: &str,
+) -> Result<(), String> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, machine);
+    let patch = json!({"metadata": {"annotations": {well_known::REMEDIATE_MACHINE: format!("capc-health-shim: {why}")}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "cannot annotate Machine {namespace}/{name}: {}",
+                kube_error_summary(&e)
+            )
+        })
+}
+
+/// Publishes Events about Machines.
+#[derive(Clone)]
+pub struct Events {
+    recorder: Arc<Recorder>,
+    machine: ApiResource,
+}
+
+impl Events {
+    pub fn new(client: &Client, machine: &ApiResource) -> Self {
+        let reporter = Reporter {
+            controller: "capc-health-shim".into(),
+            instance: std::env::var("HOSTNAME").ok(),
+        };
+        Self {
+            recorder: Arc::new(Recorder::new(client.clone(), reporter)),
+            machine: machine.clone(),
+        }
+    }
+
+    pub async fn publish(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<String>,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let reference = ObjectReference {
+            api_version: Some(self.machine.api_version.clone()),
+            kind: Some("Machine".into()),
+            namespace: Some(namespace.to_string()),
+            name: Some(name.to_string()),
+            uid,
+            ..Default::default()
+        };
+        let mut note = note;
+        if note.len() > 1000 {
+            let mut cut = 1000;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "HealthCheck".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(machine = %format!("{namespace}/{name}"), error = %kube_error_summary(&e), "cannot publish Event");
+        }
+    }
+}
+
+/// Nodes of a workload cluster, read through its `<cluster>-kubeconfig` Secret (key `value`),
+/// bounded by `timeout`. `Err` means "could not look" and never blocks a verdict by itself.
+pub async fn workload_nodes(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    timeout: Duration,
+) -> Result<Vec<Value>, String> {
+    let data = secret_data(client, namespace, &format!("{cluster}-kubeconfig")).await?;
+    let raw = data
+        .get("value")
+        .ok_or_else(|| format!("Secret {namespace}/{cluster}-kubeconfig has no key `value`"))?;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(raw)
+        .map_err(|e| format!("workload kubeconfig of {cluster}: {e}"))?;
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .map_err(|e| format!("workload kubeconfig of {cluster}: {e}"))?;
+    config.connect_timeout = Some(timeout);
+    config.read_timeout = Some(timeout);
+    let workload =
+        Client::try_from(config).map_err(|e| format!("workload client of {cluster}: {e}"))?;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(workload);
+    let list = tokio::time::timeout(timeout, nodes.list(&ListParams::default()))
+        .await
+        .map_err(|_| {
+            format!(
+                "workload API of {cluster} did not answer within {}s",
+                timeout.as_secs()
+            )
+        })?
+        .map_err(|e| format!("workload API of {cluster}: {}", kube_error_summary(&e)))?;
+    Ok(list
+        .items
+        .iter()
+        .filter_map(|n| serde_json::to_value(n).ok())
+        .collect())
+}
