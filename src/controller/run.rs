@@ -1,0 +1,219 @@
+//! `capc-health-shim run`: wiring. Start the HTTP side, discover what the cluster serves
+//! (readiness stays false until it does), start the watches, take the leader Lease, then poll
+//! on a jittered interval until SIGTERM — which stops intake, lets the cycle in flight finish,
+//! releases the Lease and stops the HTTP server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use rand::Rng;
+use tokio::sync::{watch, RwLock};
+
+use super::config::RunArgs;
+use super::cycle::Controller;
+use super::kube_io::{self, Resources, Stores};
+use crate::http::{self, HttpState};
+use crate::k8s::capi::{choose, ApiChoice};
+use crate::metrics::Metrics;
+use crate::status::StatusReport;
+
+/// Exit codes of `run`.
+pub mod exit {
+    pub const STOPPED: u8 = 0;
+    pub const STARTUP: u8 = 1;
+    /// Leadership was lost: exit so that Kubernetes restarts this replica as a follower.
+    pub const LOST_LEASE: u8 = 5;
+}
+
+fn jittered(interval: Duration) -> Duration {
+    let factor = rand::rng().random_range(0.9..1.1);
+    interval.mul_f64(factor)
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn termination() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+async fn set_problem(report: &Arc<RwLock<StatusReport>>, problem: String) {
+    let mut r = report.write().await;
+    r.ready = false;
+    r.problems = vec![problem];
+}
+
+pub async fn main(args: RunArgs) -> u8 {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let report = Arc::new(RwLock::new(StatusReport {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        ..Default::default()
+    }));
+    let metrics = Arc::new(Metrics::new());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        termination().await;
+        tracing::info!("termination requested");
+        let _ = stop_tx.send(true);
+    });
+    let stopped = {
+        let rx = stop_rx.clone();
+        move || {
+            let mut rx = rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        }
+    };
+
+    let listener = match tokio::net::TcpListener::bind(&args.status_addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("run: cannot listen on --status-addr {}: {e}", args.status_addr);
+            return exit::STARTUP;
+        }
+    };
+    tracing::info!(addr = %args.status_addr, "serving /status, /metrics, /healthz, /readyz");
+    let http_task = tokio::spawn(http::serve(
+        listener,
+        HttpState {
+            report: report.clone(),
+            metrics: metrics.clone(),
+        },
+        stopped(),
+    ));
+
+    let client = match kube::Client::try_default().await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("run: no Kubernetes configuration (in-cluster or KUBECONFIG): {e}");
+            return exit::STARTUP;
+        }
+    };
+
+    // Discovery: retry until the APIs are there; readiness stays false meanwhile.
+    let choice: ApiChoice = loop {
+        let (served, notes) = kube_io::discover(&client).await;
+        match choose(&served, args.mode.forced()) {
+            Ok(c) => {
+                let mut r = report.write().await;
+                r.problems = notes;
+                break c;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "discovery failed; retrying in 10s");
+                set_problem(&report, e.to_string()).await;
+                tokio::select! {
+                    _ = stopped() => return exit::STARTUP,
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                }
+            }
+        }
+    };
+    tracing::info!(mode = %choice.mode, source = %choice.mode_source, layout = ?choice.layout,
+        cloudstack_machine = %choice.cloudstack_machine_version, "discovered Cluster API and CAPC");
+    let resources = Resources::for_choice(&choice);
+    let stores = Stores::start(&client, &resources);
+    if !stores.wait_until_ready(Duration::from_secs(120)).await {
+        set_problem(&report, "watches did not sync within 120s".into()).await;
+        tracing::error!("watches did not sync within 120s");
+        return exit::STARTUP;
+    }
+
+    // Leader election: only the leader polls and writes.
+    let mut lease = None;
+    if !args.no_leader_election {
+        let namespace = args
+            .lease_namespace
+            .clone()
+            .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
+            .unwrap_or_else(|| "default".to_string());
+        let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("capc-health-shim-{}", uuid::Uuid::new_v4()));
+        let manager = match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+            .with_namespace(namespace.trim())
+            .with_identity(identity)
+            .with_duration(15)
+            .with_grace(5)
+            .build()
+            .await
+        {
+            Ok(m) => m,
+            Err(e) => {
+                set_problem(&report, format!("cannot set up the leader Lease: {e}")).await;
+                return exit::STARTUP;
+            }
+        };
+        let (mut rx, task) = manager.watch().await;
+        tracing::info!("waiting for the leader Lease");
+        {
+            let mut r = report.write().await;
+            r.ready = true;
+        }
+        tokio::select! {
+            _ = stopped() => {
+                drop(rx);
+                let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+                return exit::STOPPED;
+            }
+            _ = rx.wait_for(|leader| *leader) => {}
+        }
+        lease = Some((rx, task));
+    }
+    metrics.set_leader(true);
+    {
+        let mut r = report.write().await;
+        r.leader = true;
+        r.ready = true;
+    }
+    metrics.set_ready(true);
+    tracing::info!("leading: polling CloudStack and publishing verdicts");
+
+    let mut controller = Controller::new(client, args.clone(), choice, resources, stores, report.clone(), metrics.clone());
+    let interval = Duration::try_from(args.poll_interval).unwrap_or(Duration::from_secs(30));
+    let mut code = exit::STOPPED;
+    loop {
+        let summary = controller.cycle(Timestamp::now()).await;
+        tracing::debug!(?summary, "cycle done");
+        let lost = async {
+            match lease.as_mut() {
+                Some((rx, _)) => {
+                    let _ = rx.wait_for(|leader| !*leader).await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = stopped() => break,
+            _ = lost => {
+                tracing::error!("lost the leader Lease; stopping writes and exiting");
+                code = exit::LOST_LEASE;
+                break;
+            }
+            _ = tokio::time::sleep(jittered(interval)) => {}
+        }
+    }
+    metrics.set_leader(false);
+    if let Some((rx, task)) = lease {
+        drop(rx); // dropping every receiver releases the Lease
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), http_task).await;
+    code
+}
