@@ -6,7 +6,9 @@ use std::fmt;
 use thiserror::Error;
 
 /// How the shim gets a `False` Machine recycled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// CAPI 1.7–1.11: after the escalation delay, set `cluster.x-k8s.io/remediate-machine`.
@@ -200,7 +202,7 @@ mod tests {
     #[test]
     fn forcing_a_mode_is_honoured_unless_the_cluster_cannot_do_it() {
         let c = choose(&capi_1_9(), Some(Mode::Observe)).unwrap();
-        assert_eq!((c.mode, c.mode_source), (Mode::Observe, "forced"));
+        assert_eq!((c.mode, c.mode_source.as_str()), (Mode::Observe, "forced"));
         assert_eq!(
             choose(&capi_1_9(), Some(Mode::Condition)),
             Err(DiscoveryError::ConditionModeUnsupported)
