@@ -7,6 +7,10 @@
 //! - [`scope`]: one listing per scope per poll, matched to tracked VMs by id.
 //! - [`check`]: the one-shot `capc-health-shim check` command (client + engine, no Kubernetes).
 //! - [`k8s`]: the Kubernetes side (conversions now; the controller comes next).
+//! - [`status`]: the `/status` document types the controller fills.
+//! - [`metrics`]: the Prometheus metrics (`capc_health_*`) and their OpenMetrics encoding.
+//! - [`http`]: the `/status`, `/metrics`, `/healthz` and `/readyz` endpoints (axum).
+//! - [`status_cmd`]: `capc-health-shim status --url URL`, a running shim's `/status` for humans.
 //! - [`sim`]: `cloudstack-sim`, a CloudStack API simulator used by tests, the demo and benchmarks.
 
 pub mod check;
@@ -14,8 +18,11 @@ pub mod cli;
 pub mod cloudstack;
 pub mod controller;
 pub mod demo;
+pub mod http;
 pub mod k8s;
+pub mod metrics;
 pub mod scope;
 pub mod sim;
 pub mod status;
+pub mod status_cmd;
 pub mod verdict;

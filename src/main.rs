@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use capc_health_shim::{check, demo};
+use capc_health_shim::{check, demo, status_cmd};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -31,6 +31,8 @@ enum Command {
     Check(Box<check::CheckArgs>),
     /// Start cloudstack-sim with the seed scenario and show the verdicts the shim reaches.
     Demo(demo::DemoArgs),
+    /// Render a running shim's /status for humans.
+    Status(status_cmd::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Check(args) => check::main(*args).await,
             Command::Demo(args) => demo::main(args).await,
+            Command::Status(args) => status_cmd::main(args).await,
         }
     });
     ExitCode::from(code)

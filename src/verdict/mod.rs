@@ -28,7 +28,7 @@ pub use guard::{MassFailureGuard, ScopeMember};
 pub use history::{PollOutcome, VmHistory};
 
 /// The condition status the shim publishes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Status {
     /// Evidence of health.
     True,

@@ -1,0 +1,503 @@
+//! The controller's Prometheus metrics (product.md §7), in the controller-rs / Linkerd style:
+//! one [`prometheus_client`] registry, every metric prefixed `capc_health_`, label sets as
+//! derived structs, and a few small methods the controller calls. `/metrics` serves
+//! [`Metrics::encode`].
+//!
+//! Label values are verdict statuses, condition reasons, scope keys, CloudStack command names
+//! and outcomes — never a credential.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::verdict::Status;
+
+/// The prefix of every metric name.
+pub const PREFIX: &str = "capc_health";
+
+/// The content type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Buckets of `capc_health_poll_duration_seconds`: 50 ms … ~100 s.
+const POLL_BUCKETS: [f64; 12] = [
+    0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+];
+
+/// Buckets of `capc_health_time_to_verdict_seconds`: 10 s … 1 h.
+const TIME_TO_VERDICT_BUCKETS: [f64; 10] = [
+    10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 3600.0,
+];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    pub status: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EscalationLabels {
+    pub result: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabels {
+    pub scope: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub command: String,
+    pub result: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+fn poll_histogram() -> Histogram {
+    Histogram::new(POLL_BUCKETS)
+}
+
+fn time_to_verdict_histogram() -> Histogram {
+    Histogram::new(TIME_TO_VERDICT_BUCKETS)
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Usable as a duration or a counter increment: finite and not negative.
+fn usable(v: f64) -> bool {
+    v.is_finite() && v >= 0.0
+}
+
+fn verdict_labels(status: Status, reason: &str) -> VerdictLabels {
+    VerdictLabels {
+        status: status.as_str().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Every metric of the shim, and the registry that encodes them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    verdicts: Family<VerdictLabels, Gauge>,
+    /// Label sets `verdicts` has been set for, so vanished ones can be zeroed.
+    verdicts_seen: Mutex<BTreeSet<(Status, String)>>,
+    transitions: Family<VerdictLabels, Counter>,
+    escalations: Family<EscalationLabels, Counter>,
+    poll_duration: HistogramFamily<ScopeLabels>,
+    cloudstack_calls: Family<CallLabels, Counter>,
+    rate_limit_wait: Counter<f64, AtomicU64>,
+    time_to_verdict: HistogramFamily<ReasonLabels>,
+    mass_failure_held: Family<ScopeLabels, Gauge>,
+    leader: Gauge,
+    ready: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix(PREFIX);
+        let verdicts = Family::<VerdictLabels, Gauge>::default();
+        registry.register(
+            "verdicts",
+            "Machines per current verdict status and reason",
+            verdicts.clone(),
+        );
+        let transitions = Family::<VerdictLabels, Counter>::default();
+        registry.register(
+            "transitions",
+            "Verdict changes published, by the new status and reason",
+            transitions.clone(),
+        );
+        let escalations = Family::<EscalationLabels, Counter>::default();
+        registry.register(
+            "escalations",
+            "Escalation decisions: `annotated` or the reason it was held",
+            escalations.clone(),
+        );
+        let poll_duration: HistogramFamily<ScopeLabels> =
+            Family::new_with_constructor(poll_histogram);
+        registry.register(
+            "poll_duration_seconds",
+            "Duration of one poll of a CloudStack scope",
+            poll_duration.clone(),
+        );
+        let cloudstack_calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "cloudstack_calls",
+            "CloudStack API calls by command and result",
+            cloudstack_calls.clone(),
+        );
+        let rate_limit_wait = Counter::<f64, AtomicU64>::default();
+        registry.register(
+            "rate_limit_wait_seconds",
+            "Seconds spent waiting for the CloudStack request budget",
+            rate_limit_wait.clone(),
+        );
+        let time_to_verdict: HistogramFamily<ReasonLabels> =
+            Family::new_with_constructor(time_to_verdict_histogram);
+        registry.register(
+            "time_to_verdict_seconds",
+            "Seconds from a Machine's creation to its first False verdict, by reason",
+            time_to_verdict.clone(),
+        );
+        let mass_failure_held = Family::<ScopeLabels, Gauge>::default();
+        registry.register(
+            "mass_failure_held",
+            "1 while the mass-failure guard holds new False verdicts of a scope",
+            mass_failure_held.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader Lease",
+            leader.clone(),
+        );
+        let ready = Gauge::default();
+        registry.register(
+            "ready",
+            "1 once discovery succeeded and the caches are synced",
+            ready.clone(),
+        );
+        Self {
+            registry,
+            verdicts,
+            verdicts_seen: Mutex::new(BTreeSet::new()),
+            transitions,
+            escalations,
+            poll_duration,
+            cloudstack_calls,
+            rate_limit_wait,
+            time_to_verdict,
+            mass_failure_held,
+            leader,
+            ready,
+        }
+    }
+
+    /// Sets `capc_health_verdicts` to the current counts; label sets that were set before
+    /// and are missing from `counts` drop to 0 (the series stays, so rates and alerts see
+    /// the drop instead of a gap).
+    pub fn set_verdict_counts(&self, counts: &BTreeMap<(Status, String), i64>) {
+        let mut seen = self
+            .verdicts_seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (status, reason) in seen.iter() {
+            if !counts.contains_key(&(*status, reason.clone())) {
+                self.verdicts
+                    .get_or_create(&verdict_labels(*status, reason))
+                    .set(0);
+            }
+        }
+        for ((status, reason), n) in counts {
+            self.verdicts
+                .get_or_create(&verdict_labels(*status, reason))
+                .set(*n);
+            seen.insert((*status, reason.clone()));
+        }
+    }
+
+    /// One published verdict change to `status`/`reason`.
+    pub fn record_transition(&self, status: Status, reason: &str) {
+        self.transitions
+            .get_or_create(&verdict_labels(status, reason))
+            .inc();
+    }
+
+    /// One escalation decision: `annotated`, or the reason it was held.
+    pub fn record_escalation(&self, result: &str) {
+        self.escalations
+            .get_or_create(&EscalationLabels {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// How long one poll of `scope` took. Negative or non-finite durations are ignored.
+    pub fn observe_poll(&self, scope: &str, seconds: f64) {
+        if usable(seconds) {
+            self.poll_duration
+                .get_or_create(&ScopeLabels {
+                    scope: scope.to_string(),
+                })
+                .observe(seconds);
+        }
+    }
+
+    /// `n` CloudStack calls of `command` that ended in `result` (e.g. `ok`, `timeout`).
+    pub fn record_calls(&self, command: &str, result: &str, n: u64) {
+        self.cloudstack_calls
+            .get_or_create(&CallLabels {
+                command: command.to_string(),
+                result: result.to_string(),
+            })
+            .inc_by(n);
+    }
+
+    /// Time spent waiting for the request budget. Negative or non-finite values are ignored.
+    pub fn record_rate_limit_wait(&self, seconds: f64) {
+        if usable(seconds) {
+            self.rate_limit_wait.inc_by(seconds);
+        }
+    }
+
+    /// Seconds from a Machine's creation to its first `False` verdict with `reason`.
+    /// Negative (clock skew) or non-finite values are ignored.
+    pub fn observe_time_to_false(&self, reason: &str, seconds: f64) {
+        if usable(seconds) {
+            self.time_to_verdict
+                .get_or_create(&ReasonLabels {
+                    reason: reason.to_string(),
+                })
+                .observe(seconds);
+        }
+    }
+
+    pub fn set_mass_failure_held(&self, scope: &str, held: bool) {
+        self.mass_failure_held
+            .get_or_create(&ScopeLabels {
+                scope: scope.to_string(),
+            })
+            .set(i64::from(held));
+    }
+
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.set(i64::from(ready));
+    }
+
+    /// The OpenMetrics text exposition (ends with `# EOF`).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            // Writing into a String cannot fail; keep whatever was encoded if it ever does.
+            tracing::warn!("encoding metrics failed: {e}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn has_line(text: &str, line: &str) -> bool {
+        text.lines().any(|l| l == line)
+    }
+
+    #[track_caller]
+    fn assert_line(text: &str, line: &str) {
+        assert!(has_line(text, line), "missing line {line:?} in:\n{text}");
+    }
+
+    #[test]
+    fn every_metric_is_prefixed_and_described() {
+        let fresh = Metrics::new().encode();
+        // Label families without series are left out; the plain gauges and counter start at 0.
+        assert!(!fresh.contains("capc_health_verdicts"), "{fresh}");
+        assert_line(&fresh, "capc_health_leader 0");
+        assert_line(&fresh, "capc_health_ready 0");
+        assert_line(&fresh, "capc_health_rate_limit_wait_seconds_total 0.0");
+
+        let m = Metrics::new();
+        m.set_verdict_counts(&BTreeMap::from([((Status::True, "VMHealthy".into()), 1)]));
+        m.record_transition(Status::True, "VMHealthy");
+        m.record_escalation("annotated");
+        m.observe_poll("s", 1.0);
+        m.record_calls("listVirtualMachines", "ok", 1);
+        m.observe_time_to_false("VMError", 60.0);
+        m.set_mass_failure_held("s", false);
+        let text = m.encode();
+        for name in [
+            "capc_health_verdicts gauge",
+            "capc_health_transitions counter",
+            "capc_health_escalations counter",
+            "capc_health_poll_duration_seconds histogram",
+            "capc_health_cloudstack_calls counter",
+            "capc_health_rate_limit_wait_seconds counter",
+            "capc_health_time_to_verdict_seconds histogram",
+            "capc_health_mass_failure_held gauge",
+            "capc_health_leader gauge",
+            "capc_health_ready gauge",
+        ] {
+            assert_line(&text, &format!("# TYPE {name}"));
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn counters_carry_their_labels_and_values() {
+        let m = Metrics::new();
+        m.record_transition(Status::False, "VMError");
+        m.record_transition(Status::False, "VMError");
+        m.record_transition(Status::True, "VMHealthy");
+        m.record_escalation("annotated");
+        m.record_escalation("MassFailure");
+        m.record_calls("listVirtualMachines", "ok", 3);
+        m.record_calls("listVirtualMachines", "timeout", 1);
+        m.record_rate_limit_wait(1.5);
+        m.record_rate_limit_wait(-4.0);
+        m.record_rate_limit_wait(f64::NAN);
+        m.set_leader(true);
+        m.set_ready(true);
+        m.set_mass_failure_held("https://cs/client/api zone=z1", true);
+        m.set_mass_failure_held("https://cs/client/api zone=z2", false);
+        let text = m.encode();
+        assert_line(
+            &text,
+            r#"capc_health_transitions_total{status="False",reason="VMError"} 2"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_transitions_total{status="True",reason="VMHealthy"} 1"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_escalations_total{result="annotated"} 1"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_escalations_total{result="MassFailure"} 1"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_cloudstack_calls_total{command="listVirtualMachines",result="ok"} 3"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_cloudstack_calls_total{command="listVirtualMachines",result="timeout"} 1"#,
+        );
+        assert_line(&text, "capc_health_rate_limit_wait_seconds_total 1.5");
+        assert_line(&text, "capc_health_leader 1");
+        assert_line(&text, "capc_health_ready 1");
+        assert_line(
+            &text,
+            r#"capc_health_mass_failure_held{scope="https://cs/client/api zone=z1"} 1"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_mass_failure_held{scope="https://cs/client/api zone=z2"} 0"#,
+        );
+    }
+
+    #[test]
+    fn verdict_counts_zero_label_sets_that_disappeared() {
+        let m = Metrics::new();
+        let mut counts = BTreeMap::new();
+        counts.insert((Status::True, "VMHealthy".to_string()), 7);
+        counts.insert((Status::False, "VMStopped".to_string()), 2);
+        m.set_verdict_counts(&counts);
+        let text = m.encode();
+        assert_line(
+            &text,
+            r#"capc_health_verdicts{status="True",reason="VMHealthy"} 7"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_verdicts{status="False",reason="VMStopped"} 2"#,
+        );
+
+        let mut counts = BTreeMap::new();
+        counts.insert((Status::True, "VMHealthy".to_string()), 9);
+        counts.insert((Status::Unknown, "CloudStackAPIUnavailable".to_string()), 1);
+        m.set_verdict_counts(&counts);
+        let text = m.encode();
+        assert_line(
+            &text,
+            r#"capc_health_verdicts{status="True",reason="VMHealthy"} 9"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_verdicts{status="False",reason="VMStopped"} 0"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_verdicts{status="Unknown",reason="CloudStackAPIUnavailable"} 1"#,
+        );
+    }
+
+    #[test]
+    fn histograms_bucket_observations_and_ignore_nonsense() {
+        let m = Metrics::new();
+        m.observe_poll("s1", 0.3);
+        m.observe_poll("s1", 1.2);
+        m.observe_poll("s1", -1.0);
+        m.observe_poll("s1", f64::INFINITY);
+        m.observe_time_to_false("VMError", 45.0);
+        m.observe_time_to_false("VMError", 4000.0);
+        m.observe_time_to_false("VMError", f64::NAN);
+        let text = m.encode();
+        assert_line(
+            &text,
+            r#"capc_health_poll_duration_seconds_count{scope="s1"} 2"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_poll_duration_seconds_sum{scope="s1"} 1.5"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_poll_duration_seconds_bucket{le="0.2",scope="s1"} 0"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_poll_duration_seconds_bucket{le="0.5",scope="s1"} 1"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_poll_duration_seconds_bucket{le="2.0",scope="s1"} 2"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_time_to_verdict_seconds_bucket{le="10.0",reason="VMError"} 0"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_time_to_verdict_seconds_bucket{le="60.0",reason="VMError"} 1"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_time_to_verdict_seconds_bucket{le="3600.0",reason="VMError"} 1"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_time_to_verdict_seconds_bucket{le="+Inf",reason="VMError"} 2"#,
+        );
+        assert_line(
+            &text,
+            r#"capc_health_time_to_verdict_seconds_count{reason="VMError"} 2"#,
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::new();
+        m.record_escalation("held \"quoted\"\nline");
+        let text = m.encode();
+        assert!(
+            text.lines().any(
+                |l| l.starts_with("capc_health_escalations_total{result=\"held \\\"quoted\\\"")
+            ),
+            "{text}"
+        );
+        assert!(!has_line(&text, "line\"} 1"), "{text}");
+    }
+}

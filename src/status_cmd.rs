@@ -1,0 +1,558 @@
+//! `capc-health-shim status --url URL`: fetch a running shim's `/status` and render it for
+//! humans (or re-print it as JSON with `-o json`).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use clap::Args;
+use jiff::{SignedDuration, Timestamp};
+
+use crate::check::OutputFormat;
+use crate::cli::parse_duration;
+use crate::status::{MachineReport, StatusReport};
+
+/// Exit codes of `status`.
+pub mod exit {
+    /// The document was fetched and rendered.
+    pub const RENDERED: u8 = 0;
+    /// The answer is not a status document (non-200, not JSON, wrong shape, too large).
+    pub const NOT_A_STATUS: u8 = 1;
+    /// Bad flags (clap uses 2 as well).
+    pub const USAGE: u8 = 2;
+    /// The URL could not be reached (connection refused, DNS, TLS, timeout).
+    pub const UNREACHABLE: u8 = 3;
+}
+
+/// The largest answer `status` reads.
+const MAX_BODY: usize = 256 * 1024 * 1024;
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// The shim's HTTP address, e.g. http://localhost:8080 (`/status` is appended when the
+    /// URL has no path).
+    #[arg(long, env = "CAPC_HEALTH_SHIM_URL")]
+    pub url: String,
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: OutputFormat,
+    /// Timeout of the whole request.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub timeout: SignedDuration,
+}
+
+/// The URL to GET: `url` with `/status` when its path is empty or `/`.
+pub fn status_url(url: &str) -> Result<url::Url, String> {
+    let mut parsed =
+        url::Url::parse(url.trim()).map_err(|e| format!("{:?} is not a URL: {e}", redact(url)))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("{} is not an http(s) URL", redact_url(&parsed)));
+    }
+    if parsed.path().is_empty() || parsed.path() == "/" {
+        parsed.set_path("/status");
+    }
+    Ok(parsed)
+}
+
+/// The URL without user name and password, for messages.
+fn redact_url(url: &url::Url) -> String {
+    let mut u = url.clone();
+    if !u.username().is_empty() || u.password().is_some() {
+        let _ = u.set_username("");
+        let _ = u.set_password(None);
+    }
+    u.to_string()
+}
+
+/// Best effort for a string that did not even parse as a URL: drop anything before an `@`.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}{}", &url[..s + 3], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+/// Why fetching failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchError {
+    Unreachable(String),
+    NotAStatus(String),
+}
+
+impl FetchError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            FetchError::Unreachable(_) => exit::UNREACHABLE,
+            FetchError::NotAStatus(_) => exit::NOT_A_STATUS,
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            FetchError::Unreachable(m) | FetchError::NotAStatus(m) => m,
+        }
+    }
+}
+
+fn transport_error(shown: &str, e: reqwest::Error) -> FetchError {
+    let what = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection failed"
+    } else {
+        "request failed"
+    };
+    let mut detail = String::new();
+    let mut source: Option<&dyn std::error::Error> = Some(&e);
+    // The chain names the root cause (e.g. "Connection refused"); strip URLs from reqwest's own text.
+    while let Some(err) = source {
+        let text = match err.downcast_ref::<reqwest::Error>() {
+            Some(_) => String::new(),
+            None => err.to_string(),
+        };
+        if !text.is_empty() && !detail.contains(&text) {
+            if !detail.is_empty() {
+                detail.push_str(": ");
+            }
+            detail.push_str(&text);
+        }
+        source = err.source();
+    }
+    if detail.is_empty() {
+        FetchError::Unreachable(format!("cannot reach {shown}: {what}"))
+    } else {
+        FetchError::Unreachable(format!("cannot reach {shown}: {what}: {detail}"))
+    }
+}
+
+/// First line of a body, short and printable, for error messages.
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(400)]);
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let clean: String = line.chars().map(printable).take(120).collect();
+    clean
+}
+
+/// GETs `url` and parses the answer as a [`StatusReport`].
+pub async fn fetch(url: &url::Url, timeout: Duration) -> Result<StatusReport, FetchError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let shown = redact_url(url);
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .build()
+        .map_err(|e| FetchError::Unreachable(format!("cannot build an HTTP client: {e}")))?;
+    let mut response = client
+        .get(url.clone())
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(|e| transport_error(&shown, e))?;
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("no content type")
+        .to_string();
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| transport_error(&shown, e))?
+    {
+        if body.len() + chunk.len() > MAX_BODY {
+            return Err(FetchError::NotAStatus(format!(
+                "{shown} answered more than {} MiB; that is not a status document",
+                MAX_BODY / (1024 * 1024)
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    if status != reqwest::StatusCode::OK {
+        let first = snippet(&body);
+        return Err(FetchError::NotAStatus(format!(
+            "{shown} answered HTTP {status} ({content_type}), not a status document{}",
+            if first.is_empty() {
+                String::new()
+            } else {
+                format!(": {first}")
+            }
+        )));
+    }
+    let value: serde_json::Value = serde_json::from_slice(&body).map_err(|_| {
+        let first = snippet(&body);
+        FetchError::NotAStatus(format!(
+            "{shown} answered HTTP 200 with {content_type} that is not JSON, so not a status \
+             document (is this the shim's HTTP port?){}",
+            if first.is_empty() {
+                String::new()
+            } else {
+                format!(": {first}")
+            }
+        ))
+    })?;
+    serde_json::from_value(value).map_err(|e| {
+        FetchError::NotAStatus(format!(
+            "{shown} answered JSON that is not a status document: {e}"
+        ))
+    })
+}
+
+/// Terminal-safe: control characters (newlines, escapes) become spaces.
+fn printable(c: char) -> char {
+    if c.is_control() {
+        ' '
+    } else {
+        c
+    }
+}
+
+fn cell(s: &str) -> String {
+    s.chars().map(printable).collect()
+}
+
+fn opt(s: Option<&str>) -> String {
+    s.map(cell).unwrap_or_else(|| "-".to_string())
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn time(t: Option<Timestamp>) -> String {
+    t.map(crate::verdict::at).unwrap_or_else(|| "-".to_string())
+}
+
+/// An aligned table in the house style (`check`): two spaces between columns, the last
+/// column unpadded.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let cells: Vec<&str> = cells.collect();
+        for (i, c) in cells.iter().enumerate() {
+            out.push_str(c);
+            if i + 1 < cells.len() {
+                let w = widths.get(i).copied().unwrap_or(0);
+                out.push_str(&" ".repeat(w.saturating_sub(c.chars().count()) + 2));
+            }
+        }
+        out.push('\n');
+    };
+    line(&mut headers.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+fn escalation(m: &MachineReport) -> String {
+    match &m.escalation_detail {
+        Some(d) if !d.is_empty() => format!("{} ({})", cell(&m.escalation), cell(d)),
+        _ => cell(&m.escalation),
+    }
+}
+
+/// The human view of a status document.
+pub fn render_human(r: &StatusReport) -> String {
+    let mut out = String::new();
+    let mode = match &r.api {
+        Some(api) => format!("{} ({})", api.mode, cell(&api.mode_source)),
+        None => "unknown (discovery not done)".to_string(),
+    };
+    let _ = write!(
+        out,
+        "mode: {mode}  leader: {}  ready: {}",
+        yes_no(r.leader),
+        yes_no(r.ready)
+    );
+    if let Some(api) = &r.api {
+        let _ = write!(
+            out,
+            "  APIs: Machine {}, Cluster {}, MHC {}, CloudStackMachine {}, CloudStackFailureDomain {}",
+            api.layout.api_version(),
+            cell(&api.cluster_version),
+            cell(&api.mhc_version),
+            cell(&api.cloudstack_machine_version),
+            cell(&api.cloudstack_failure_domain_version),
+        );
+    }
+    out.push('\n');
+    let _ = writeln!(
+        out,
+        "version: {}  generated: {}",
+        if r.version.is_empty() {
+            "-".to_string()
+        } else {
+            cell(&r.version)
+        },
+        time(r.generated_at)
+    );
+    if !r.problems.is_empty() {
+        out.push_str("\nPROBLEMS\n");
+        for p in &r.problems {
+            let _ = writeln!(out, "- {}", cell(p));
+        }
+    }
+
+    out.push('\n');
+    let machines: Vec<Vec<String>> = r
+        .clusters
+        .iter()
+        .flat_map(|(cluster, c)| {
+            c.machines.iter().map(move |(name, m)| {
+                vec![
+                    cell(cluster),
+                    cell(if m.name.is_empty() { name } else { &m.name }),
+                    yes_no(m.control_plane).to_string(),
+                    opt(m.vm_id.as_deref()),
+                    opt(m.vm_state.as_deref()),
+                    m.verdict
+                        .map(|v| v.to_string())
+                        .unwrap_or_else(|| "-".to_string()),
+                    opt(m.reason.as_deref()),
+                    time(m.since),
+                    escalation(m),
+                    yes_no(m.mhc_covered).to_string(),
+                    opt(m.message.as_deref()),
+                ]
+            })
+        })
+        .collect();
+    if machines.is_empty() {
+        out.push_str("no Machines tracked\n");
+    } else {
+        out.push_str(&table(
+            &[
+                "CLUSTER",
+                "MACHINE",
+                "CP",
+                "VM",
+                "STATE",
+                "VERDICT",
+                "REASON",
+                "SINCE",
+                "ESCALATION",
+                "MHC",
+                "MESSAGE",
+            ],
+            &machines,
+        ));
+    }
+
+    out.push('\n');
+    if r.scopes.is_empty() {
+        out.push_str("no CloudStack scopes polled\n");
+    } else {
+        let rows: Vec<Vec<String>> = r
+            .scopes
+            .iter()
+            .map(|s| {
+                vec![
+                    cell(&s.key),
+                    s.machines.to_string(),
+                    time(s.last_poll),
+                    opt(s.last_error.as_deref()),
+                    s.calls_total.to_string(),
+                    yes_no(s.held).to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &[
+                "SCOPE",
+                "MACHINES",
+                "LAST POLL",
+                "LAST ERROR",
+                "CALLS",
+                "HELD",
+            ],
+            &rows,
+        ));
+    }
+
+    if !r.failure_domains.is_empty() {
+        out.push('\n');
+        let rows: Vec<Vec<String>> = r
+            .failure_domains
+            .iter()
+            .map(|f| {
+                let ratio = if f.failure_ratio.is_finite() {
+                    format!("{:.0}%", f.failure_ratio * 100.0)
+                } else {
+                    "-".to_string()
+                };
+                vec![
+                    format!("{}/{}", cell(&f.namespace), cell(&f.name)),
+                    f.machines.to_string(),
+                    f.failing.to_string(),
+                    ratio,
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &["FAILURE DOMAIN", "MACHINES", "FAILING", "FAILURE RATIO"],
+            &rows,
+        ));
+    }
+    out
+}
+
+pub fn render(r: &StatusReport, format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Table => render_human(r),
+        OutputFormat::Json => match serde_json::to_string_pretty(r) {
+            Ok(s) => s + "\n",
+            Err(e) => format!("{{\"error\": \"cannot encode: {e}\"}}\n"),
+        },
+    }
+}
+
+/// `capc-health-shim status`.
+pub async fn main(args: StatusArgs) -> u8 {
+    let url = match status_url(&args.url) {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("status: {e}");
+            return exit::USAGE;
+        }
+    };
+    let timeout = Duration::try_from(args.timeout).unwrap_or(Duration::from_secs(5));
+    match fetch(&url, timeout).await {
+        Ok(report) => {
+            print!("{}", render(&report, args.output));
+            exit::RENDERED
+        }
+        Err(e) => {
+            eprintln!("status: {}", e.message());
+            e.exit_code()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{ClusterReport, FailureDomainReport, ScopeReport};
+    use crate::verdict::Status;
+
+    #[test]
+    fn status_is_appended_only_to_a_bare_address() {
+        assert_eq!(
+            status_url("http://127.0.0.1:8080").unwrap().as_str(),
+            "http://127.0.0.1:8080/status"
+        );
+        assert_eq!(
+            status_url("http://h:1/").unwrap().as_str(),
+            "http://h:1/status"
+        );
+        assert_eq!(
+            status_url("https://h/shim/status?x=1").unwrap().as_str(),
+            "https://h/shim/status?x=1"
+        );
+        assert!(status_url("ftp://h/").unwrap_err().contains("not an http"));
+        assert!(status_url("nonsense").unwrap_err().contains("not a URL"));
+    }
+
+    #[test]
+    fn credentials_in_a_url_never_reach_messages() {
+        let u = url::Url::parse("http://user:hunter2@h:1/status").unwrap();
+        assert_eq!(redact_url(&u), "http://h:1/status");
+        assert!(!redact("http://user:hunter2@[bad").contains("hunter2"));
+        assert!(!status_url("ftp://user:hunter2@h/")
+            .unwrap_err()
+            .contains("hunter2"));
+    }
+
+    #[test]
+    fn tables_align_and_leave_the_last_column_unpadded() {
+        let t = table(
+            &["A", "LONGER", "LAST"],
+            &[
+                vec!["xxxx".into(), "y".into(), "tail".into()],
+                vec!["z".into(), "w".into(), "".into()],
+            ],
+        );
+        assert_eq!(
+            t,
+            "A     LONGER  LAST\nxxxx  y       tail\nz     w       \n"
+        );
+    }
+
+    #[test]
+    fn the_human_view_keeps_one_row_per_machine_and_strips_control_characters() {
+        let mut r = StatusReport {
+            leader: true,
+            ready: false,
+            problems: vec!["credentials: secret default/cs not found".into()],
+            ..Default::default()
+        };
+        let mut c = ClusterReport::default();
+        c.machines.insert(
+            "m1".into(),
+            MachineReport {
+                namespace: "default".into(),
+                name: "m1".into(),
+                vm_id: Some("vm-1".into()),
+                verdict: Some(Status::False),
+                reason: Some("VMError".into()),
+                message: Some("line one\nline two \u{1b}[31mred".into()),
+                escalation: "held".into(),
+                escalation_detail: Some("MassFailure".into()),
+                ..Default::default()
+            },
+        );
+        r.clusters.insert("default/c1".into(), c);
+        r.scopes.push(ScopeReport {
+            key: "https://cs/client/api zone=z1".into(),
+            machines: 1,
+            last_error: Some("timed out".into()),
+            calls_total: 4,
+            held: true,
+            ..Default::default()
+        });
+        r.failure_domains.push(FailureDomainReport {
+            namespace: "default".into(),
+            name: "fd1".into(),
+            machines: 3,
+            failing: 1,
+            failure_ratio: 1.0 / 3.0,
+        });
+        let text = render_human(&r);
+        assert!(
+            text.starts_with("mode: unknown (discovery not done)  leader: yes  ready: no\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- credentials: secret default/cs not found\n"),
+            "{text}"
+        );
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("default/c1"))
+            .expect("machine row");
+        assert!(row.contains("held (MassFailure)"), "{row}");
+        assert!(row.ends_with("line one line two  [31mred"), "{row:?}");
+        assert!(!text.contains('\u{1b}'));
+        assert!(text.contains("33%"), "{text}");
+        let scope = text
+            .lines()
+            .find(|l| l.starts_with("https://cs/client/api zone=z1"))
+            .expect("scope row");
+        let cols: Vec<&str> = scope.split("  ").filter(|c| !c.is_empty()).collect();
+        assert_eq!(cols[1].trim(), "1");
+        assert_eq!(cols.last().copied(), Some("yes"));
+    }
+}
