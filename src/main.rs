@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use capc_health_shim::{check, demo, status_cmd};
+use capc_health_shim::{check, controller, demo, status_cmd};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -21,12 +21,29 @@ struct Cli {
         global = true
     )]
     log: String,
+    /// Log line format.
+    #[arg(
+        long,
+        env = "CAPC_HEALTH_SHIM_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the controller next to CAPC (in-cluster config or KUBECONFIG).
+    Run(Box<controller::RunArgs>),
     /// Poll a CloudStack endpoint for VMs and print verdicts (no Kubernetes needed).
     Check(Box<check::CheckArgs>),
     /// Start cloudstack-sim with the seed scenario and show the verdicts the shim reaches.
@@ -37,12 +54,20 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = match tracing_subscriber::EnvFilter::try_new(&cli.log) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("--log {:?} is not a valid filter: {e}", cli.log);
+            return ExitCode::from(2);
+        }
+    };
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -55,6 +80,7 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async {
         match cli.command {
+            Command::Run(args) => controller::run::main(*args).await,
             Command::Check(args) => check::main(*args).await,
             Command::Demo(args) => demo::main(args).await,
             Command::Status(args) => status_cmd::main(args).await,

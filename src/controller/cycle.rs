@@ -22,6 +22,7 @@ use crate::cloudstack::ratelimit::RateLimit;
 use crate::k8s::capi::{ApiChoice, Mode};
 use crate::k8s::escalation::{self, Escalation, EscalationFacts};
 use crate::k8s::objects::{matching_node, well_known};
+use crate::metrics::Metrics;
 use crate::scope::{ScopeObserver, ScopePoll};
 use crate::status::{ClusterReport, FailureDomainReport, MachineReport, ScopeReport, StatusReport};
 use crate::verdict::condition::{is_unchanged, next_condition};
@@ -52,6 +53,7 @@ pub struct Controller {
     graces: Graces,
     guard: MassFailureGuard,
     report: Arc<RwLock<StatusReport>>,
+    metrics: Arc<Metrics>,
     scopes: BTreeMap<String, ScopeState>,
 }
 
@@ -98,6 +100,7 @@ impl Controller {
         resources: Resources,
         stores: Stores,
         report: Arc<RwLock<StatusReport>>,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let graces = args.graces.graces(args.poll_interval);
         let guard = args.graces.guard();
@@ -112,6 +115,7 @@ impl Controller {
             graces,
             guard,
             report,
+            metrics,
             scopes: BTreeMap::new(),
         }
     }
@@ -257,7 +261,26 @@ impl Controller {
                 zone_id: zone_of.get(key).cloned().flatten(),
                 ..Default::default()
             };
+            let started = std::time::Instant::now();
+            let calls_before = scope.client.stats();
             poll_scope(scope, &query, &self.graces, now).await;
+            self.metrics
+                .observe_poll(key, started.elapsed().as_secs_f64());
+            let after = scope.client.stats();
+            for ((command, outcome), n) in &after.by_command {
+                let before = calls_before
+                    .by_command
+                    .get(&(command.clone(), outcome.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                if *n > before {
+                    self.metrics.record_calls(command, outcome, n - before);
+                }
+            }
+            let waited = after
+                .rate_limit_wait
+                .saturating_sub(calls_before.rate_limit_wait);
+            self.metrics.record_rate_limit_wait(waited.as_secs_f64());
         }
 
         // Decide.
@@ -287,6 +310,7 @@ impl Controller {
                 })
                 .collect();
             let outcome = self.guard.apply(&mut members, now);
+            self.metrics.set_mass_failure_held(key, outcome.held);
             if let Some(s) = self.scopes.get_mut(key) {
                 s.report.held = outcome.held;
                 s.report.machines = idx.len();
@@ -391,13 +415,15 @@ impl Controller {
             Some(TargetProblem::NoCloudStackMachine(_)) | Some(TargetProblem::NoInstanceId) => {
                 return None
             }
-            Some(TargetProblem::NoFailureDomain(fd)) => return Some(Verdict::new(
-                Status::Unknown,
-                CREDENTIALS_UNAVAILABLE,
-                format!(
+            Some(TargetProblem::NoFailureDomain(fd)) => {
+                return Some(Verdict::new(
+                    Status::Unknown,
+                    CREDENTIALS_UNAVAILABLE,
+                    format!(
                     "failure domain {fd} (and so the CloudStack endpoint and its Secret) not found"
                 ),
-            )),
+                ))
+            }
             None => {}
         }
         let endpoint = t.endpoint.as_ref()?;
@@ -453,6 +479,15 @@ impl Controller {
             Ok(()) => {
                 summary.condition_writes += 1;
                 if t.current.as_ref().map(|c| c.status) != Some(next.status) {
+                    self.metrics.record_transition(next.status, &next.reason);
+                    if next.status == Status::False {
+                        if let Some(created) = t.created {
+                            self.metrics.observe_time_to_false(
+                                &next.reason,
+                                now.duration_since(created).as_secs_f64(),
+                            );
+                        }
+                    }
                     tracing::info!(machine = %format!("{}/{}", t.machine.namespace, t.machine.name),
                         status = %next.status, reason = %next.reason, message = %next.message, "verdict changed");
                     self.events
@@ -546,6 +581,7 @@ impl Controller {
                 {
                     Ok(()) => {
                         summary.annotations += 1;
+                        self.metrics.record_escalation("annotated");
                         report.escalation = "annotated".into();
                         if t.machine.is_control_plane() {
                             cp_in_flight.insert(cluster);
@@ -624,6 +660,15 @@ impl Controller {
                 }
             }
         }
+        let mut counts: BTreeMap<(Status, String), i64> = BTreeMap::new();
+        for c in clusters.values() {
+            for m in c.machines.values() {
+                if let (Some(s), Some(r)) = (m.verdict, &m.reason) {
+                    *counts.entry((s, r.clone())).or_default() += 1;
+                }
+            }
+        }
+        self.metrics.set_verdict_counts(&counts);
         let mut r = self.report.write().await;
         r.generated_at = Some(now);
         r.api = Some(self.api.clone());

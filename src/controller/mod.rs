@@ -6,10 +6,12 @@
 //! - [`config`]: the flags of `run`.
 //! - [`cycle`]: one poll cycle: credentials, listings, verdicts, writes, `/status`.
 //! - [`kube_io`]: discovery, watches and the writes to the API server.
+//! - [`run`]: wiring: HTTP side, discovery, watches, leader Lease, the poll loop, shutdown.
 
 pub mod config;
 pub mod cycle;
 pub mod kube_io;
+pub mod run;
 pub mod targets;
 
 pub use config::RunArgs;

@@ -86,7 +86,10 @@ pub async fn main(args: RunArgs) -> u8 {
     let listener = match tokio::net::TcpListener::bind(&args.status_addr).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("run: cannot listen on --status-addr {}: {e}", args.status_addr);
+            eprintln!(
+                "run: cannot listen on --status-addr {}: {e}",
+                args.status_addr
+            );
             return exit::STARTUP;
         }
     };
@@ -143,36 +146,42 @@ pub async fn main(args: RunArgs) -> u8 {
         let namespace = args
             .lease_namespace
             .clone()
-            .or_else(|| std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok())
+            .or_else(|| {
+                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                    .ok()
+            })
             .unwrap_or_else(|| "default".to_string());
-        let identity = std::env::var("HOSTNAME").unwrap_or_else(|_| format!("capc-health-shim-{}", uuid::Uuid::new_v4()));
-        let manager = match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
-            .with_namespace(namespace.trim())
-            .with_identity(identity)
-            .with_duration(15)
-            .with_grace(5)
-            .build()
-            .await
-        {
-            Ok(m) => m,
-            Err(e) => {
-                set_problem(&report, format!("cannot set up the leader Lease: {e}")).await;
-                return exit::STARTUP;
-            }
-        };
+        let identity = std::env::var("HOSTNAME")
+            .unwrap_or_else(|_| format!("capc-health-shim-{}", uuid::Uuid::new_v4()));
+        let manager =
+            match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
+                .with_namespace(namespace.trim())
+                .with_identity(identity)
+                .with_duration(15)
+                .with_grace(5)
+                .build()
+                .await
+            {
+                Ok(m) => m,
+                Err(e) => {
+                    set_problem(&report, format!("cannot set up the leader Lease: {e}")).await;
+                    return exit::STARTUP;
+                }
+            };
         let (mut rx, task) = manager.watch().await;
         tracing::info!("waiting for the leader Lease");
         {
             let mut r = report.write().await;
             r.ready = true;
         }
-        tokio::select! {
-            _ = stopped() => {
-                drop(rx);
-                let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
-                return exit::STOPPED;
-            }
-            _ = rx.wait_for(|leader| *leader) => {}
+        let became_leader = tokio::select! {
+            _ = stopped() => false,
+            _ = rx.wait_for(|leader| *leader) => true,
+        };
+        if !became_leader {
+            drop(rx);
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+            return exit::STOPPED;
         }
         lease = Some((rx, task));
     }
@@ -185,7 +194,15 @@ pub async fn main(args: RunArgs) -> u8 {
     metrics.set_ready(true);
     tracing::info!("leading: polling CloudStack and publishing verdicts");
 
-    let mut controller = Controller::new(client, args.clone(), choice, resources, stores, report.clone(), metrics.clone());
+    let mut controller = Controller::new(
+        client,
+        args.clone(),
+        choice,
+        resources,
+        stores,
+        report.clone(),
+        metrics.clone(),
+    );
     let interval = Duration::try_from(args.poll_interval).unwrap_or(Duration::from_secs(30));
     let mut code = exit::STOPPED;
     loop {
