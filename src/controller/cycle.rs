@@ -55,6 +55,9 @@ pub struct Controller {
     report: Arc<RwLock<StatusReport>>,
     metrics: Arc<Metrics>,
     scopes: BTreeMap<String, ScopeState>,
+    /// What this process last wrote per Machine uid: the watch cache can lag behind our own
+    /// writes, and a lagging read must not cause a second write.
+    written: HashMap<String, ConditionState>,
 }
 
 /// What a cycle did, for logs and tests.
@@ -117,6 +120,7 @@ impl Controller {
             report,
             metrics,
             scopes: BTreeMap::new(),
+            written: HashMap::new(),
         }
     }
 
@@ -170,6 +174,18 @@ impl Controller {
             &self.args.namespaces,
         );
         summary.machines = targets.len();
+        let mut targets = targets;
+        let live_uids: BTreeSet<String> = targets
+            .iter()
+            .filter_map(|t| t.machine.uid.clone())
+            .collect();
+        self.written.retain(|uid, _| live_uids.contains(uid));
+        for t in targets.iter_mut() {
+            if let Some(mine) = t.machine.uid.as_ref().and_then(|u| self.written.get(u)) {
+                // Only our writes change this condition type; ours is the newest.
+                t.current = Some(mine.clone());
+            }
+        }
 
         // Gather: credentials and scopes.
         let mut by_endpoint: BTreeMap<EndpointRef, Vec<String>> = BTreeMap::new();
@@ -456,7 +472,7 @@ impl Controller {
 
     /// Writes the condition if it changed; returns what is now published.
     async fn publish(
-        &self,
+        &mut self,
         t: &Target,
         verdict: &Verdict,
         now: Timestamp,
@@ -478,6 +494,9 @@ impl Controller {
         {
             Ok(()) => {
                 summary.condition_writes += 1;
+                if let Some(uid) = &t.machine.uid {
+                    self.written.insert(uid.clone(), next.clone());
+                }
                 if t.current.as_ref().map(|c| c.status) != Some(next.status) {
                     self.metrics.record_transition(next.status, &next.reason);
                     if next.status == Status::False {
@@ -514,7 +533,7 @@ impl Controller {
     }
 
     async fn escalate(
-        &self,
+        &mut self,
         t: &Target,
         published: &ConditionState,
         now: Timestamp,

@@ -34,6 +34,7 @@ fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
 pub struct MachineView {
     pub namespace: String,
     pub name: String,
+    pub uid: Option<String>,
     pub cluster_name: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
@@ -66,6 +67,7 @@ impl MachineView {
                 .unwrap_or("default")
                 .to_string(),
             name,
+            uid: str_at(m, "/metadata/uid").map(str::to_string),
             cluster_name: str_at(m, "/spec/clusterName")
                 .unwrap_or_default()
                 .to_string(),

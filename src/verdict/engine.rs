@@ -72,10 +72,7 @@ fn evaluate_vm(h: &VmHistory, machine: &MachineFacts, g: &Graces, now: Timestamp
                 Verdict::new(
                     Status::False,
                     reason::VM_ERROR,
-                    format!(
-                        "VM {} is in state Error (seen in {} polls in a row)",
-                        seen.name, h.state_polls
-                    ),
+                    format!("VM {} is in state Error since {}", seen.name, at(since)),
                 )
             } else {
                 let v = Verdict::new(
@@ -101,10 +98,7 @@ fn evaluate_vm(h: &VmHistory, machine: &MachineFacts, g: &Graces, now: Timestamp
                 Verdict::new(
                     Status::False,
                     reason::VM_DESTROYED,
-                    format!(
-                        "VM {} is {state} (seen in {} polls in a row)",
-                        seen.name, h.state_polls
-                    ),
+                    format!("VM {} is {state} since {}", seen.name, at(since)),
                 )
             } else {
                 Verdict::new(
@@ -190,8 +184,9 @@ fn absent(h: &VmHistory, g: &Graces) -> Verdict {
             Status::False,
             reason::VM_NOT_FOUND,
             format!(
-                "VM {} is missing from {} complete listings of its scope in a row{last}",
-                h.vm_id, h.absent_polls
+                "VM {} is missing from every complete listing of its scope since {}{last}",
+                h.vm_id,
+                h.absent_since.map(at).unwrap_or_default()
             ),
         )
     } else {
