@@ -2,8 +2,12 @@
 
 CARGO  ?= cargo
 PYTHON ?= python3
+GO     ?= go
+APISERVER_PROFILE ?= capi-1.9
+APISERVER_RUN := target/hack/apiserver-run
 
-.PHONY: all build demo test test-rust test-conformance bench lint fmt clean
+.PHONY: all build demo test test-rust test-conformance bench lint fmt clean \
+	apiserver apiserver-runner apiserver-build apiserver-smoke
 
 all: build
 
@@ -26,6 +30,25 @@ test-conformance: build
 ## make bench: benchmarks; writes target/bench/cloudstack.json
 bench:
 	$(CARGO) bench --bench cloudstack
+
+## make apiserver: a real etcd + kube-apiserver on loopback with the CAPI/CAPC CRDs, in the foreground
+## (Ctrl-C stops it). Ready when target/apiserver/kubeconfig exists. APISERVER_PROFILE=capi-1.13 for
+## the CAPI v1.13 CRDs. First use builds the binaries (minutes); see hack/apiserver/README.md.
+apiserver: apiserver-runner
+	./$(APISERVER_RUN) --profile $(APISERVER_PROFILE) --dir target/apiserver
+
+## the runner itself (small; rebuilt every time, go's build cache makes that instant)
+apiserver-runner:
+	cd hack/apiserver/run && GOFLAGS=-mod=mod GOWORK=off $(GO) build -o $(CURDIR)/$(APISERVER_RUN) .
+
+## build (or find cached) etcd + kube-apiserver only
+apiserver-build: apiserver-runner
+	./$(APISERVER_RUN) --build-only
+
+## start, exercise with curl and stop the API server, for both profiles
+apiserver-smoke: apiserver-runner
+	hack/apiserver/smoke.sh capi-1.9
+	hack/apiserver/smoke.sh capi-1.13
 
 lint:
 	$(CARGO) fmt --all -- --check
