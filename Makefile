@@ -21,8 +21,11 @@ demo: build
 ## make test: every test — Rust unit/integration/property tests and the `cs` (PyPI) conformance test.
 test: test-rust test-conformance
 
-test-rust:
-	$(CARGO) test
+## The Rust tests run with a real API server (CAPI 1.9 CRDs); the controller test runs again
+## against the CAPI 1.13 CRDs (v1beta2 storage, unhealthyMachineConditions).
+test-rust: apiserver-runner
+	hack/with-apiserver.sh capi-1.9 $(CARGO) test
+	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube
 
 test-conformance: build
 	$(PYTHON) -m pytest -q tests/conformance
