@@ -1,0 +1,360 @@
+//! Shared set-up for the tests that run the controller against a real kube-apiserver with the
+//! CAPI/CAPC CRDs (`make test` starts it through hack/with-apiserver.sh and passes its
+//! kubeconfig in `CAPC_HEALTH_TEST_KUBECONFIG`) and an in-process `cloudstack-sim`.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use capc_health_shim::controller::cycle::Controller;
+use capc_health_shim::controller::kube_io::{self, Resources, Stores};
+use capc_health_shim::controller::RunArgs;
+use capc_health_shim::k8s::capi::{choose, ApiChoice, Mode};
+use capc_health_shim::metrics::Metrics;
+use capc_health_shim::sim::{self, SimServer, Simulator};
+use capc_health_shim::status::StatusReport;
+use clap::Parser;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
+use kube::Client;
+use serde_json::{json, Value};
+use tokio::sync::RwLock;
+
+pub const SIM_KEY: &str = "kube-test-key";
+pub const SIM_SECRET: &str = "kube-test-secret";
+pub const ZONE_ID: &str = "1d8d87d4-1425-459c-8d81-c6f57dca2bd2";
+
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// `run` flags as an operator would type them (after the program name).
+pub fn run_args(args: &[&str]) -> RunArgs {
+    let mut all = vec!["test"];
+    all.extend_from_slice(args);
+    Flags::parse_from(all).run
+}
+
+pub async fn client_from_kubeconfig(path: &str) -> Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let yaml = std::fs::read_to_string(path).expect("kubeconfig readable");
+    let kc = kube::config::Kubeconfig::from_yaml(&yaml).expect("kubeconfig parses");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig usable");
+    Client::try_from(cfg).expect("client")
+}
+
+/// The admin client of the test API server, or `None` (with a note) outside `make test`.
+pub async fn kube_client() -> Option<Client> {
+    let Ok(path) = std::env::var("CAPC_HEALTH_TEST_KUBECONFIG") else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CAPC_HEALTH_TEST_KUBECONFIG must point at the test API server in CI (make test starts it)"
+        );
+        eprintln!("skipped: CAPC_HEALTH_TEST_KUBECONFIG is not set (run `make test`)");
+        return None;
+    };
+    Some(client_from_kubeconfig(&path).await)
+}
+
+pub fn profile() -> String {
+    std::env::var("CAPC_HEALTH_TEST_PROFILE").unwrap_or_else(|_| "capi-1.9".into())
+}
+
+pub fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+pub async fn create(client: &Client, ns: &str, r: &ApiResource, body: Value) -> Value {
+    let api: Api<DynamicObject> = if ns.is_empty() {
+        Api::all_with(client.clone(), r)
+    } else {
+        Api::namespaced_with(client.clone(), ns, r)
+    };
+    let obj: DynamicObject = serde_json::from_value(body).expect("object");
+    let created = api
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {}: {e}", r.kind));
+    serde_json::to_value(created).expect("json")
+}
+
+pub async fn get(client: &Client, ns: &str, r: &ApiResource, name: &str) -> Value {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, r);
+    serde_json::to_value(api.get(name).await.expect("get")).expect("json")
+}
+
+pub async fn merge_patch(client: &Client, ns: &str, r: &ApiResource, name: &str, patch: Value) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, r);
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap_or_else(|e| panic!("patch {} {name}: {e}", r.kind));
+}
+
+/// A simulator with 1 s stats and boot, holding named VMs `(name, guest, state)`.
+pub async fn simulator(
+    vms: &[(&str, &str, &str)],
+) -> (Simulator, SimServer, BTreeMap<String, String>) {
+    let mut ids = BTreeMap::new();
+    let vm_entries: Vec<Value> = vms
+        .iter()
+        .map(|(name, guest, state)| {
+            let id = uuid::Uuid::new_v4().to_string();
+            ids.insert(name.to_string(), id.clone());
+            json!({"name": name, "id": id, "guest": guest, "state": state})
+        })
+        .collect();
+    let scenario = json!({
+        "settings": {"stats_interval_seconds": 1, "boot_seconds": 1},
+        "accounts": [{"name": "admin", "type": "Admin", "api_key": SIM_KEY, "secret_key": SIM_SECRET}],
+        "zones": [{"name": "zone-a", "id": ZONE_ID}],
+        "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.1.0/24"}],
+        "vms": vm_entries,
+    });
+    let world = sim::parse_scenario(
+        &scenario.to_string(),
+        "inline",
+        sim::real_now_ms(),
+        (SIM_KEY, SIM_SECRET),
+    )
+    .expect("scenario");
+    let simulator = Simulator::with_time_scale(world, 1.0);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let server = sim::serve(listener, simulator.clone())
+        .await
+        .expect("serve");
+    (simulator, server, ids)
+}
+
+/// One namespace with a cluster `c1`: the endpoint Secret `acs`, failure domain `fd1`, the
+/// Cluster and an MHC selecting every Machine without the label `uncovered`.
+pub struct Fixture {
+    pub client: Client,
+    pub ns: String,
+    pub choice: ApiChoice,
+    pub resources: Resources,
+    pub sim: Simulator,
+    pub server: SimServer,
+    /// VM name → VM id in the simulator.
+    pub vm_ids: BTreeMap<String, String>,
+}
+
+impl Fixture {
+    pub async fn new(client: Client, vms: &[(&str, &str, &str)]) -> Self {
+        let ns = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        create(
+            &client,
+            "",
+            &ar("", "v1", "Namespace", "namespaces"),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
+        let (sim, server, vm_ids) = simulator(vms).await;
+        let (served, _) = kube_io::discover(&client).await;
+        let choice = choose(&served, None).expect("CAPI and CAPC CRDs are installed");
+        let resources = Resources::for_choice(&choice);
+        let f = Self {
+            client,
+            ns,
+            choice,
+            resources,
+            sim,
+            server,
+            vm_ids,
+        };
+        f.secret(
+            "acs",
+            &[
+                ("api-url", &f.server.api_url()),
+                ("api-key", SIM_KEY),
+                ("secret-key", SIM_SECRET),
+                ("verify-ssl", "false"),
+            ],
+        )
+        .await;
+        f.failure_domain("fd1", "acs").await;
+        create(&f.client, &f.ns, &f.resources.cluster, json!({"apiVersion": f.resources.cluster.api_version, "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": f.ns}, "spec": {"controlPlaneEndpoint": {"host": "10.1.1.2", "port": 6443}}})).await;
+        let mut mhc = json!({"apiVersion": f.resources.mhc.api_version, "kind": "MachineHealthCheck",
+            "metadata": {"name": "c1-mhc", "namespace": f.ns},
+            "spec": {"clusterName": "c1", "selector": {"matchExpressions": [{"key": "uncovered", "operator": "DoesNotExist"}]}}});
+        if f.choice.mode == Mode::Condition {
+            mhc["spec"]["checks"] = json!({"unhealthyMachineConditions": [{"type": "CloudStackVMHealthy", "status": "False", "timeoutSeconds": 0}]});
+        }
+        create(&f.client, &f.ns, &f.resources.mhc, mhc).await;
+        f
+    }
+
+    pub async fn secret(&self, name: &str, data: &[(&str, &str)]) {
+        let data: serde_json::Map<String, Value> = data
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        create(&self.client, &self.ns, &ar("", "v1", "Secret", "secrets"),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": self.ns}, "stringData": data})).await;
+    }
+
+    pub async fn failure_domain(&self, name: &str, secret: &str) {
+        let fd = &self.resources.failure_domain;
+        create(&self.client, &self.ns, fd, json!({"apiVersion": fd.api_version, "kind": "CloudStackFailureDomain",
+            "metadata": {"name": format!("{name}-hash"), "namespace": self.ns, "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+            "spec": {"name": name, "zone": {"name": "zone-a", "id": ZONE_ID, "network": {"name": "capi-shared"}},
+                     "acsEndpoint": {"name": secret, "namespace": self.ns}}})).await;
+    }
+
+    /// A Machine owned by a MachineSet (a KubeadmControlPlane for control planes) and its
+    /// CloudStackMachine in failure domain `fd`, with the VM `vm` (a name in `vm_ids`) if any.
+    pub async fn machine(&self, name: &str, vm: Option<&str>, control_plane: bool, fd: &str) {
+        let mut labels = json!({"cluster.x-k8s.io/cluster-name": "c1", "pool": "md-0"});
+        if control_plane {
+            labels["cluster.x-k8s.io/control-plane"] = json!("");
+        }
+        let owner = if control_plane {
+            "KubeadmControlPlane"
+        } else {
+            "MachineSet"
+        };
+        let csm = &self.resources.cloudstack_machine;
+        // v1beta2 references name the API group, v1beta1 ones the apiVersion.
+        let infra_ref = if self.resources.machine.version == "v1beta2" {
+            json!({"apiGroup": csm.group, "kind": "CloudStackMachine", "name": format!("{name}-csm")})
+        } else {
+            json!({"apiVersion": csm.api_version, "kind": "CloudStackMachine", "name": format!("{name}-csm")})
+        };
+        create(&self.client, &self.ns, &self.resources.machine, json!({
+            "apiVersion": self.resources.machine.api_version, "kind": "Machine",
+            "metadata": {"name": name, "namespace": self.ns, "labels": labels,
+                "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": owner, "name": "owner",
+                    "uid": "6a2b7a5e-1a62-4d2f-9d84-0d8c7a1f0b11", "controller": true}]},
+            "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "bootstrap"}, "infrastructureRef": infra_ref}
+        })).await;
+        let mut spec = json!({"offering": {"name": "small"}, "template": {"name": "ubuntu"}, "failureDomainName": fd});
+        if let Some(vm) = vm {
+            spec["instanceID"] = json!(self.vm_ids[vm]);
+        }
+        create(&self.client, &self.ns, csm, json!({
+            "apiVersion": csm.api_version, "kind": "CloudStackMachine",
+            "metadata": {"name": format!("{name}-csm"), "namespace": self.ns, "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+            "spec": spec
+        })).await;
+    }
+
+    /// A controller for this namespace with scaled timings, plus its `/status` report.
+    pub async fn controller_as(
+        &self,
+        client: Client,
+        extra: &[&str],
+    ) -> (Controller, Arc<RwLock<StatusReport>>) {
+        let mut args = vec![
+            "--namespace",
+            &self.ns,
+            "--poll-interval",
+            "1s",
+            "--stats-interval",
+            "1s",
+            "--escalation-delay",
+            "1s",
+            "--no-leader-election",
+            "--mass-failure-count",
+            "50",
+            "--mass-failure-percent",
+            "100",
+        ];
+        args.extend_from_slice(extra);
+        let stores = Stores::start(&client, &self.resources);
+        assert!(
+            stores.wait_until_ready(Duration::from_secs(30)).await,
+            "watches sync"
+        );
+        let report = Arc::new(RwLock::new(StatusReport::default()));
+        let c = Controller::new(
+            client,
+            run_args(&args),
+            self.choice.clone(),
+            self.resources.clone(),
+            stores,
+            report.clone(),
+            Arc::new(Metrics::new()),
+        );
+        (c, report)
+    }
+
+    pub async fn controller(&self, extra: &[&str]) -> (Controller, Arc<RwLock<StatusReport>>) {
+        self.controller_as(self.client.clone(), extra).await
+    }
+
+    pub fn conditions_pointer(&self) -> &'static str {
+        self.choice.layout.conditions_pointer()
+    }
+
+    /// `(status, reason)` of our condition on Machine `name`, and whether it is annotated.
+    pub async fn verdict(&self, name: &str) -> (Option<(String, String)>, bool) {
+        let m = get(&self.client, &self.ns, &self.resources.machine, name).await;
+        let c = condition(&m, self.conditions_pointer()).map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").to_string(),
+                c["reason"].as_str().unwrap_or("").to_string(),
+            )
+        });
+        (
+            c,
+            m.pointer("/metadata/annotations/cluster.x-k8s.io~1remediate-machine")
+                .is_some(),
+        )
+    }
+
+    /// Runs controller cycles until `done` holds for the current verdicts (deadline).
+    pub async fn cycle_until(
+        &self,
+        controller: &mut Controller,
+        names: &[&str],
+        deadline: Duration,
+        done: impl Fn(&BTreeMap<String, (Option<(String, String)>, bool)>) -> bool,
+    ) -> BTreeMap<String, (Option<(String, String)>, bool)> {
+        let until = Instant::now() + deadline;
+        loop {
+            controller.cycle(jiff::Timestamp::now()).await;
+            let mut state = BTreeMap::new();
+            for n in names {
+                state.insert(n.to_string(), self.verdict(n).await);
+            }
+            if done(&state) {
+                return state;
+            }
+            assert!(
+                Instant::now() < until,
+                "not reached within {deadline:?}: {state:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+    }
+
+    pub async fn cleanup(self) {
+        self.server.shutdown().await;
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        let _ = namespaces.delete(&self.ns, &Default::default()).await;
+    }
+}
+
+pub fn condition<'a>(machine: &'a Value, pointer: &str) -> Option<&'a Value> {
+    machine
+        .pointer(pointer)?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "CloudStackVMHealthy")
+}
+
+/// Whether `(status, reason)` is the current verdict.
+pub fn is(state: &(Option<(String, String)>, bool), status: &str, reason: &str) -> bool {
+    state
+        .0
+        .as_ref()
+        .is_some_and(|(s, r)| s == status && r == reason)
+}
