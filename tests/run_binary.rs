@@ -1,0 +1,182 @@
+//! `capc-health-shim run` as a process, as deployed: KUBECONFIG, leader Lease, /readyz,
+//! /status (through `capc-health-shim status`), /metrics, and SIGTERM releasing the Lease.
+
+mod kube_support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use capc_health_shim::k8s::capi::Mode;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use kube_support::{is, kube_client, Fixture};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn http_get(url: &str) -> Option<(u16, String)> {
+    let r = reqwest::Client::new()
+        .get(url)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .ok()?;
+    let code = r.status().as_u16();
+    Some((code, r.text().await.ok()?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_leads_publishes_reports_and_stops_cleanly() {
+    let Some(client) = kube_client().await else {
+        return;
+    };
+    let f = Fixture::new(
+        client.clone(),
+        &[
+            ("vm-error", "healthy", "Error"),
+            ("vm-ok", "healthy", "Starting"),
+        ],
+    )
+    .await;
+    f.machine("m-error", Some("vm-error"), false, "fd1").await;
+    f.machine("m-ok", Some("vm-ok"), false, "fd1").await;
+
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let lease_name = format!("shim-{}", f.ns);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))
+        .args([
+            "--log",
+            "info",
+            "run",
+            "--namespace",
+            &f.ns,
+            "--poll-interval",
+            "1s",
+            "--stats-interval",
+            "1s",
+            "--escalation-delay",
+            "1s",
+            "--status-addr",
+            &addr,
+            "--lease-namespace",
+            &f.ns,
+            "--lease-name",
+            &lease_name,
+        ])
+        .env(
+            "KUBECONFIG",
+            std::env::var("CAPC_HEALTH_TEST_KUBECONFIG").unwrap(),
+        )
+        .env("HOSTNAME", "shim-test-pod")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start capc-health-shim run");
+
+    // Ready and leading, verdicts on the Machines.
+    let annotate = f.choice.mode == Mode::Annotate;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = matches!(
+            http_get(&format!("http://{addr}/readyz")).await,
+            Some((200, _))
+        );
+        let err = f.verdict("m-error").await;
+        let ok = f.verdict("m-ok").await;
+        if ready
+            && is(&err, "False", "VMError")
+            && is(&ok, "True", "VMHealthy")
+            && (!annotate || err.1)
+        {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("run exited early with {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no verdicts within 60 s: {err:?} {ok:?} ready={ready}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &f.ns);
+    let lease = leases.get(&lease_name).await.expect("the Lease exists");
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("shim-test-pod")
+    );
+
+    // The status subcommand renders what the endpoint serves.
+    let out = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))
+        .args(["status", "--url", &format!("http://{addr}"), "-o", "json"])
+        .output()
+        .expect("status");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["leader"], true);
+    assert_eq!(
+        report["api"]["mode"],
+        if annotate { "annotate" } else { "condition" }
+    );
+    let m = &report["clusters"][format!("{}/c1", f.ns)]["machines"]["m-error"];
+    assert_eq!(m["verdict"], "False");
+    assert_eq!(m["reason"], "VMError");
+    let table = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))
+        .args(["status", "--url", &format!("http://{addr}")])
+        .output()
+        .expect("status table");
+    assert!(String::from_utf8_lossy(&table.stdout).contains("m-error"));
+    let (code, metrics) = http_get(&format!("http://{addr}/metrics"))
+        .await
+        .expect("metrics");
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("capc_health_transitions_total{status=\"False\",reason=\"VMError\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("capc_health_leader 1"), "{metrics}");
+
+    // SIGTERM: clean exit, Lease released.
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run did not stop within 20 s of SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        !stderr.contains(kube_support::SIM_SECRET),
+        "no secret in logs"
+    );
+    let lease = leases.get(&lease_name).await.expect("Lease");
+    assert_ne!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("shim-test-pod"),
+        "Lease released"
+    );
+    f.cleanup().await;
+}
