@@ -6,7 +6,7 @@ GO     ?= go
 APISERVER_PROFILE ?= capi-1.9
 APISERVER_RUN := target/hack/apiserver-run
 
-.PHONY: all build demo test test-rust test-conformance bench lint fmt clean \
+.PHONY: all build demo test test-rust test-conformance bench timings lint fmt clean \
 	apiserver apiserver-runner apiserver-build apiserver-smoke
 
 all: build
@@ -52,6 +52,10 @@ apiserver-build: apiserver-runner
 apiserver-smoke: apiserver-runner
 	hack/apiserver/smoke.sh capi-1.9
 	hack/apiserver/smoke.sh capi-1.13
+
+## make timings: fault → False → annotation times and CloudStack calls per cycle (measurements)
+timings: apiserver-runner
+	hack/with-apiserver.sh capi-1.9 $(CARGO) test --release --test controller_timings -- --ignored --nocapture --test-threads 1
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -4,8 +4,9 @@
 # Starts the runner in the background, waits (deadline) for <dir>/kubeconfig, then with curl
 # only: checks /version, the installed CRDs and their labels, creates a namespace, a
 # CloudStackMachine and a Machine, server-side-applies a condition to the Machine's status and
-# reads it back, checks RBAC is enforced (impersonating a user with no bindings → 403) and that
-# both admin credentials (token, client cert) work; then stops the runner and checks that etcd
+# reads it back, checks RBAC is enforced (impersonating a user with no bindings → 403; a
+# ServiceAccount token from TokenRequest gets exactly what its Role grants) and that both admin
+# credentials (token, client cert) work; then stops the runner and checks that etcd
 # and kube-apiserver are gone and the kubeconfig removed.
 # Env: APISERVER_RUNNER (default target/hack/apiserver-run, built by `make apiserver-runner`),
 #      APISERVER_DIR (default target/apiserver-smoke), APISERVER_SMOKE_TIMEOUT seconds (default
@@ -171,6 +172,33 @@ code=$(curl -sS -o /dev/null -w '%{http_code}' --cacert "$APISERVER_CA" --cert "
   "$APISERVER_URL/apis/cluster.x-k8s.io/$machine_v/namespaces/$ns/machines") || fail "curl client cert"
 [[ "$code" == 200 ]] || fail "admin client cert got HTTP $code, want 200"
 step "RBAC enforced (unbound user 403, anonymous 401); admin token and client cert accepted"
+
+# A ServiceAccount token (TokenRequest; signed with sa.key) authenticates, and RBAC grants it
+# exactly what a Role binds: read Machines yes, Secrets no.
+api POST "/api/v1/namespaces/$ns/serviceaccounts" '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"shim"}}'
+expect 201 "create ServiceAccount"
+api POST "/apis/rbac.authorization.k8s.io/v1/namespaces/$ns/roles" '{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role",
+  "metadata":{"name":"machines-read"},"rules":[{"apiGroups":["cluster.x-k8s.io"],"resources":["machines"],"verbs":["get","list","watch"]}]}'
+expect 201 "create Role"
+api POST "/apis/rbac.authorization.k8s.io/v1/namespaces/$ns/rolebindings" "{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"RoleBinding\",
+  \"metadata\":{\"name\":\"shim\"},\"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"Role\",\"name\":\"machines-read\"},
+  \"subjects\":[{\"kind\":\"ServiceAccount\",\"name\":\"shim\",\"namespace\":\"$ns\"}]}"
+expect 201 "create RoleBinding"
+api POST "/api/v1/namespaces/$ns/serviceaccounts/shim/token" '{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"expirationSeconds":600}}'
+expect 201 "TokenRequest"
+sa_token=$(jq -r .status.token <<<"$body")
+sa_get() {
+  curl -sS -o /dev/null -w '%{http_code}' --cacert "$APISERVER_CA" -H "Authorization: Bearer $sa_token" "$APISERVER_URL$1"
+}
+# RBAC decisions are cached by the authorizer's informers; allow them a moment (deadline).
+end=$(( $(date +%s) + 30 ))
+until code=$(sa_get "/apis/cluster.x-k8s.io/$machine_v/namespaces/$ns/machines") && [[ "$code" == 200 ]]; do
+  (( $(date +%s) < end )) || fail "ServiceAccount token with a Role to read Machines got HTTP $code, want 200"
+  sleep 0.2
+done
+code=$(sa_get "/api/v1/namespaces/$ns/secrets") || fail "curl as ServiceAccount"
+[[ "$code" == 403 ]] || fail "ServiceAccount listing Secrets got HTTP $code, want 403"
+step "ServiceAccount token (TokenRequest) authenticates; Role grants Machines (200), not Secrets (403)"
 
 # --- stop ------------------------------------------------------------------------------------
 etcd_pid=$(cat "$dir/etcd.pid"); api_pid=$(cat "$dir/kube-apiserver.pid")

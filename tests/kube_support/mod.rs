@@ -100,6 +100,20 @@ pub async fn merge_patch(client: &Client, ns: &str, r: &ApiResource, name: &str,
 pub async fn simulator(
     vms: &[(&str, &str, &str)],
 ) -> (Simulator, SimServer, BTreeMap<String, String>) {
+    simulator_with(
+        json!({"stats_interval_seconds": 1, "boot_seconds": 1}),
+        vms,
+        1.0,
+    )
+    .await
+}
+
+/// A simulator with the given `settings` and clock rate (0 = frozen, moved by `advance`).
+pub async fn simulator_with(
+    settings: Value,
+    vms: &[(&str, &str, &str)],
+    time_scale: f64,
+) -> (Simulator, SimServer, BTreeMap<String, String>) {
     let mut ids = BTreeMap::new();
     let vm_entries: Vec<Value> = vms
         .iter()
@@ -110,7 +124,7 @@ pub async fn simulator(
         })
         .collect();
     let scenario = json!({
-        "settings": {"stats_interval_seconds": 1, "boot_seconds": 1},
+        "settings": settings,
         "accounts": [{"name": "admin", "type": "Admin", "api_key": SIM_KEY, "secret_key": SIM_SECRET}],
         "zones": [{"name": "zone-a", "id": ZONE_ID}],
         "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.1.0/24"}],
@@ -123,7 +137,7 @@ pub async fn simulator(
         (SIM_KEY, SIM_SECRET),
     )
     .expect("scenario");
-    let simulator = Simulator::with_time_scale(world, 1.0);
+    let simulator = Simulator::with_time_scale(world, time_scale);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -148,6 +162,14 @@ pub struct Fixture {
 
 impl Fixture {
     pub async fn new(client: Client, vms: &[(&str, &str, &str)]) -> Self {
+        Self::with_simulator(client, simulator(vms).await).await
+    }
+
+    pub async fn with_simulator(
+        client: Client,
+        sim: (Simulator, SimServer, BTreeMap<String, String>),
+    ) -> Self {
+        let (sim, server, vm_ids) = sim;
         let ns = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
         create(
             &client,
@@ -156,7 +178,6 @@ impl Fixture {
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
         )
         .await;
-        let (sim, server, vm_ids) = simulator(vms).await;
         let (served, _) = kube_io::discover(&client).await;
         let choice = choose(&served, None).expect("CAPI and CAPC CRDs are installed");
         let resources = Resources::for_choice(&choice);
@@ -276,6 +297,31 @@ impl Fixture {
         let report = Arc::new(RwLock::new(StatusReport::default()));
         let c = Controller::new(
             client,
+            run_args(&args),
+            self.choice.clone(),
+            self.resources.clone(),
+            stores,
+            report.clone(),
+            Arc::new(Metrics::new()),
+        );
+        (c, report)
+    }
+
+    /// A controller with the shim's default timings (only the namespace and no Lease set).
+    pub async fn controller_with_defaults(
+        &self,
+        extra: &[&str],
+    ) -> (Controller, Arc<RwLock<StatusReport>>) {
+        let mut args = vec!["--namespace", &self.ns, "--no-leader-election"];
+        args.extend_from_slice(extra);
+        let stores = Stores::start(&self.client, &self.resources);
+        assert!(
+            stores.wait_until_ready(Duration::from_secs(60)).await,
+            "watches sync"
+        );
+        let report = Arc::new(RwLock::new(StatusReport::default()));
+        let c = Controller::new(
+            self.client.clone(),
             run_args(&args),
             self.choice.clone(),
             self.resources.clone(),

@@ -15,7 +15,8 @@ import (
 	"time"
 )
 
-// buildRecipe is part of the cache key: bump it when the way the binaries are built changes.
+// buildRecipe is part of the cache key (with tools/go.mod minus comments, tools/go.sum and the
+// Go version): bump it when the way the binaries are built changes.
 const buildRecipe = "v1: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -X version'"
 
 type binaries struct {
@@ -44,7 +45,7 @@ func ensureBinaries(ctx context.Context, toolsDir, cacheRoot string) (binaries, 
 	}
 
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(buildRecipe), []byte(goVersion), gomod, gosum} {
+	for _, part := range [][]byte{[]byte(buildRecipe), []byte(goVersion), normalizeGoMod(gomod), gosum} {
 		fmt.Fprintf(h, "%d:", len(part))
 		h.Write(part)
 	}
@@ -173,6 +174,21 @@ func goEnv(ctx context.Context, dir string, names ...string) (string, error) {
 		return "", fmt.Errorf("go env: %w (is Go installed?)", err)
 	}
 	return strings.Join(strings.Fields(string(out)), " "), nil
+}
+
+// normalizeGoMod drops comments (incl. "// indirect") and blank lines, so editing a comment in
+// tools/go.mod does not invalidate the cached binaries.
+func normalizeGoMod(gomod []byte) []byte {
+	var out []string
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if i := strings.Index(line, "//"); i >= 0 {
+			line = line[:i]
+		}
+		if line = strings.Join(strings.Fields(line), " "); line != "" {
+			out = append(out, line)
+		}
+	}
+	return []byte(strings.Join(out, "\n"))
 }
 
 // requiredVersion finds "<module> <version>" in a go.mod's require lines.

@@ -1,6 +1,7 @@
 // Tools module: pins the upstream Go modules that hack/apiserver builds into the
 // kube-apiserver and etcd binaries used by the tests. It only requires upstream
-// modules; nothing is vendored. Keep KUBERNETES_VERSION / staging v0.x / etcd in step.
+// modules; nothing is vendored. Bump k8s.io/kubernetes, every staging replace (v0.x twin)
+// and etcd together, then `GOFLAGS=-mod=mod go mod tidy` (see ../README.md).
 module github.com/capc-health-shim/hack/apiserver/tools
 
 go 1.24.0
