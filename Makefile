@@ -55,7 +55,7 @@ apiserver-smoke: apiserver-runner
 
 ## make timings: fault → False → annotation times and CloudStack calls per cycle (measurements)
 timings: apiserver-runner
-	hack/with-apiserver.sh capi-1.9 $(CARGO) test --release --test controller_timings -- --ignored --nocapture --test-threads 1
+	hack/with-apiserver.sh capi-1.9 $(CARGO) test --test controller_timings -- --ignored --nocapture --test-threads 1
 
 lint:
 	$(CARGO) fmt --all -- --check
