@@ -1,0 +1,75 @@
+//! Every row of the verdict table that the CloudStack side can produce, end to end: the
+//! simulator's fault → the controller → the condition on a real Machine (scaled graces).
+
+mod kube_support;
+
+use std::time::Duration;
+
+use capc_health_shim::sim::Fault;
+use kube_support::{is, kube_client, Fixture};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_fault_reaches_its_row() {
+    let Some(client) = kube_client().await else {
+        return;
+    };
+    let f = Fixture::new(
+        client.clone(),
+        &[
+            ("vm-ok", "healthy", "Starting"),
+            ("vm-stop", "healthy", "Starting"),
+            ("vm-vanish", "healthy", "Starting"),
+            ("vm-detach", "detach-nic", "Starting"),
+            ("vm-noaddr", "no-address", "Starting"),
+            ("vm-stall", "stall-starting", "Starting"),
+            ("vm-destroyed", "healthy", "Starting"),
+        ],
+    )
+    .await;
+    for (m, vm) in [
+        ("m-ok", "vm-ok"),
+        ("m-stop", "vm-stop"),
+        ("m-vanish", "vm-vanish"),
+        ("m-detach", "vm-detach"),
+        ("m-noaddr", "vm-noaddr"),
+        ("m-stall", "vm-stall"),
+    ] {
+        f.machine(m, Some(vm), false, "fd1").await;
+    }
+    let (mut c, _) = f
+        .controller(&[
+            "--stopped-grace",
+            "2s",
+            "--nic-detached-grace",
+            "2s",
+            "--nic-no-address-grace",
+            "3s",
+            "--transition-grace",
+            "4s",
+        ])
+        .await;
+    let names = [
+        "m-ok", "m-stop", "m-vanish", "m-detach", "m-noaddr", "m-stall",
+    ];
+    // Boot first, then stop one VM and make another vanish.
+    f.cycle_until(&mut c, &names, Duration::from_secs(30), |s| {
+        is(&s["m-stop"], "True", "VMHealthy")
+    })
+    .await;
+    f.sim.inject_fault("vm-stop", Fault::Stop).expect("stop");
+    f.sim
+        .inject_fault("vm-vanish", Fault::Vanish)
+        .expect("vanish");
+    let s = f
+        .cycle_until(&mut c, &names, Duration::from_secs(60), |s| {
+            is(&s["m-ok"], "True", "VMHealthy")
+                && is(&s["m-stop"], "False", "VMStopped")
+                && is(&s["m-vanish"], "False", "VMNotFound")
+                && is(&s["m-detach"], "False", "NICDetached")
+                && is(&s["m-noaddr"], "False", "NICNoAddress")
+                && is(&s["m-stall"], "False", "VMStuckInTransition")
+        })
+        .await;
+    assert!(!s["m-ok"].1, "a healthy Machine is never annotated");
+    f.cleanup().await;
+}
