@@ -24,7 +24,12 @@ pub mod exit {
     pub const STARTUP: u8 = 1;
     /// Leadership was lost: exit so that Kubernetes restarts this replica as a follower.
     pub const LOST_LEASE: u8 = 5;
+    /// The served CAPI/CAPC versions changed (an upgrade): exit so the restart re-discovers.
+    pub const APIS_CHANGED: u8 = 6;
 }
+
+/// How often discovery runs again while leading (CAPI upgrades flip served versions).
+const REDISCOVERY_EVERY: Duration = Duration::from_secs(600);
 
 fn jittered(interval: Duration) -> Duration {
     let factor = rand::rng().random_range(0.9..1.1);
@@ -195,9 +200,9 @@ pub async fn main(args: RunArgs) -> u8 {
     tracing::info!("leading: polling CloudStack and publishing verdicts");
 
     let mut controller = Controller::new(
-        client,
+        client.clone(),
         args.clone(),
-        choice,
+        choice.clone(),
         resources,
         stores,
         report.clone(),
@@ -205,9 +210,21 @@ pub async fn main(args: RunArgs) -> u8 {
     );
     let interval = Duration::try_from(args.poll_interval).unwrap_or(Duration::from_secs(30));
     let mut code = exit::STOPPED;
+    let mut last_discovery = std::time::Instant::now();
     loop {
         let summary = controller.cycle(Timestamp::now()).await;
         tracing::debug!(?summary, "cycle done");
+        if last_discovery.elapsed() >= REDISCOVERY_EVERY {
+            last_discovery = std::time::Instant::now();
+            let (served, _) = kube_io::discover(&client).await;
+            if let Ok(now_choice) = choose(&served, args.mode.forced()) {
+                if now_choice != choice {
+                    tracing::warn!(before = ?choice, after = ?now_choice, "served Cluster API/CAPC versions changed; exiting to restart with them");
+                    code = exit::APIS_CHANGED;
+                    break;
+                }
+            }
+        }
         let lost = async {
             match lease.as_mut() {
                 Some((rx, _)) => {

@@ -127,7 +127,7 @@ pub async fn simulator_with(
         "settings": settings,
         "accounts": [{"name": "admin", "type": "Admin", "api_key": SIM_KEY, "secret_key": SIM_SECRET}],
         "zones": [{"name": "zone-a", "id": ZONE_ID}],
-        "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.1.0/24"}],
+        "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.0.0/16"}],
         "vms": vm_entries,
     });
     let world = sim::parse_scenario(
