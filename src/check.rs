@@ -201,7 +201,7 @@ impl Checker {
             }
         }
         if self.usage_history {
-            let ids = self.observer.running_ids();
+            let ids = self.observer.usage_candidates(&self.graces, now);
             if !ids.is_empty() {
                 let lookback = self.graces.stats_interval
                     * (i32::try_from(self.graces.silent_samples)

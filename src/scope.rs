@@ -87,16 +87,18 @@ impl ScopeObserver {
         }
     }
 
-    /// Tracked VMs last seen `Running`: the ones whose usage history is worth fetching.
-    pub fn running_ids(&self) -> Vec<String> {
+    /// Running VMs whose listing counters do not prove activity: the only ones whose
+    /// usage history (sample times) is worth fetching, so a healthy fleet costs no extra calls.
+    pub fn usage_candidates(&self, graces: &Graces, now: Timestamp) -> Vec<String> {
         self.histories
             .values()
-            .filter(|h| h.absent_polls == 0)
+            .filter(|h| h.absent_polls == 0 && h.last_error.is_none())
             .filter(|h| {
-                h.sighting
-                    .as_ref()
-                    .is_some_and(|s| s.state == crate::cloudstack::model::VmState::Running)
+                h.sighting.as_ref().is_some_and(|s| {
+                    s.state == crate::cloudstack::model::VmState::Running && !s.host_unreachable()
+                })
             })
+            .filter(|h| !crate::verdict::engine::rose_recently(&h.traffic, graces, now))
             .map(|h| h.vm_id.clone())
             .collect()
     }
@@ -146,7 +148,37 @@ mod tests {
         );
         assert_eq!(o.histories["b"].absent_polls, 1);
         assert!(o.histories["b"].last_error.is_none());
-        assert_eq!(o.running_ids(), vec!["a".to_string()]);
+        assert_eq!(o.usage_candidates(&g, at(30)), vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn vms_with_rising_counters_need_no_usage_history() {
+        let g = Graces::default();
+        let mut o = ScopeObserver::tracking(["a".to_string(), "b".to_string()]);
+        let with_tx = |id: &str, tx: u64| {
+            let mut v = vm(id);
+            v.networkkbswrite = Some(tx);
+            v
+        };
+        o.record(
+            ScopePoll::Listed {
+                vms: &[with_tx("a", 10), with_tx("b", 10)],
+                complete: true,
+            },
+            at(0),
+            &g,
+        );
+        o.record(
+            ScopePoll::Listed {
+                vms: &[with_tx("a", 20), with_tx("b", 10)],
+                complete: true,
+            },
+            at(30),
+            &g,
+        );
+        assert_eq!(o.usage_candidates(&g, at(30)), vec!["b".to_string()]);
+        // Long after the last rise, "a" is a candidate again.
+        assert_eq!(o.usage_candidates(&g, at(600)).len(), 2);
     }
 
     #[test]

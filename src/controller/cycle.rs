@@ -745,7 +745,7 @@ async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces
         }
     }
     if scope.usage_history {
-        let ids = scope.observer.running_ids();
+        let ids = scope.observer.usage_candidates(graces, now);
         if !ids.is_empty() {
             let lookback = graces.stats_interval
                 * (i32::try_from(graces.silent_samples)

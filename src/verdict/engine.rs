@@ -331,12 +331,23 @@ pub enum TrafficEvidence {
     },
 }
 
+/// The listing's counter rose within the freshness window.
+pub fn rose_recently(t: &Traffic, g: &Graces, now: Timestamp) -> bool {
+    t.last_rise
+        .is_some_and(|r| now.duration_since(r) <= g.stats_fresh_within())
+}
+
 pub fn assess_traffic(t: &Traffic, g: &Graces, now: Timestamp) -> TrafficEvidence {
     let needed = usize::try_from(g.silent_samples.max(1)).unwrap_or(usize::MAX);
     if let Some(arrived) = t.newest_sample_arrived {
         // Usage history exists for this VM: its sample times decide.
         let age = now.duration_since(arrived);
         if age > g.stats_fresh_within() {
+            // Samples are only fetched for VMs whose listing counters stopped rising; a rise
+            // in the listing is proof of activity, staleness only withholds "silent".
+            if rose_recently(t, g, now) {
+                return TrafficEvidence::Rising("guest→host traffic rising".to_string());
+            }
             return TrafficEvidence::Inconclusive {
                 why: format!("stats are stale (newest sample arrived at {})", at(arrived)),
                 silent_at: None,

@@ -424,6 +424,16 @@ fn usage_history_that_stopped_arriving_is_stale_not_silent() {
 }
 
 #[test]
+fn stale_usage_history_does_not_hide_rising_listing_counters() {
+    let mut r = Run::new();
+    r.seen(0, &running(300));
+    r.h.record_usage(&[sample(-60, 300), sample(0, 300)], at(0));
+    // No further samples are fetched while the listing shows the counter rising.
+    let v = r.poll_range(30, 600, |t| running(300 + t as u64));
+    assert_verdict(&v, Status::True, reason::VM_HEALTHY);
+}
+
+#[test]
 fn usage_history_with_a_rise_is_healthy() {
     let mut r = Run::new();
     r.seen(0, &running(300));
