@@ -160,16 +160,13 @@ struct WriterOutcome {
 /// v1beta1) → JSON merge patch of `status` carrying `metadata.resourceVersion`; on 409 start
 /// over. Every `period` until `stop`.
 async fn capi_like_writer(
-    client: kube::Client,
-    f_ns: String,
-    machine: kube::api::ApiResource,
+    api: Api<DynamicObject>,
     name: String,
     metav1_pointer: &'static str,
     legacy: bool,
     period: Duration,
     stop: Arc<AtomicBool>,
 ) -> WriterOutcome {
-    let api: Api<DynamicObject> = Api::namespaced_with(client, &f_ns, &machine);
     let params = PatchParams {
         field_manager: Some("capi-test-writer".into()),
         ..Default::default()
@@ -261,9 +258,7 @@ async fn a_conflicting_capi_writer_neither_loses_nor_loops() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let writer = tokio::spawn(capi_like_writer(
-        client.clone(),
-        f.ns.clone(),
-        f.resources.machine.clone(),
+        Api::namespaced_with(client.clone(), &f.ns, &f.resources.machine),
         "m-c".into(),
         f.conditions_pointer(),
         legacy,
