@@ -480,6 +480,15 @@ async fn a_node_capi_has_not_linked_holds_the_verdict_at_unknown() {
         why.contains("GuestNetworkSilent"),
         "/status must say what it would have been: {why}"
     );
+    assert_eq!(mr.escalation, "held");
+    assert!(
+        mr.escalation_detail
+            .as_deref()
+            .is_some_and(|d| d.contains("NodeNotLinked") && d.contains(&name)),
+        "{:?}",
+        mr.escalation_detail
+    );
+    eprintln!("NodeNotLinked /status message: {why}");
     assert_no_secret(&r, &[SIM_SECRET]);
 
     let _ = nodes.delete(&name, &Default::default()).await;
@@ -609,6 +618,11 @@ async fn bad_input_gives_unknown_with_a_reason() {
         msg("m-nosecret")
     );
     assert!(r.problems.iter().any(|p| p.contains("acs-missing")));
+    eprintln!(
+        "bad api-url: {}\nmissing Secret: {}",
+        msg("m-badurl"),
+        msg("m-nosecret")
+    );
 
     // CloudStack behind a proxy that answers HTML: an outage page (503), then 502 pages.
     let mut timeline = Vec::new();
@@ -648,6 +662,7 @@ async fn bad_input_gives_unknown_with_a_reason() {
             why.contains(needle) && why.to_lowercase().contains("html"),
             "{label}: /status must name the HTML page and its status: {why}"
         );
+        eprintln!("{label}: {why}");
         let scope_error = r.scopes[0].last_error.clone().unwrap_or_default();
         assert!(scope_error.contains(needle), "{label}: {scope_error}");
         for n in names {
@@ -721,6 +736,7 @@ async fn a_rotated_secret_key_is_picked_up_without_a_restart() {
         why.contains("401"),
         "/status must say the key was rejected: {why}"
     );
+    eprintln!("wrong secret-key: {why}");
     assert_no_secret(&r, &[SIM_SECRET, WRONG]);
 
     merge_patch(
