@@ -194,7 +194,12 @@ async fn cloudstack_calls_per_cycle_by_fleet_size() {
         }
         let (mut c, _) = f.controller_with_defaults(&[]).await;
         let mut now = Timestamp::now();
-        c.cycle(now).await; // warm-up
+        // Warm-up: a few stats intervals so every VM's counters have been seen rising.
+        for _ in 0..6 {
+            f.sim.advance(30.0);
+            now += SignedDuration::from_secs(30);
+            c.cycle(now).await;
+        }
         let before = f.sim.calls()["total"].as_u64().unwrap();
         let cycles = 5u64;
         for _ in 0..cycles {

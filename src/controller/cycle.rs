@@ -302,7 +302,20 @@ impl Controller {
         // Decide.
         let mut verdicts: Vec<Option<Verdict>> = Vec::with_capacity(targets.len());
         for t in &targets {
-            verdicts.push(self.verdict_for(t, &scope_of, &credential_errors, now));
+            verdicts.push(self.verdict_for(t, &scope_of, &credential_errors, None, now));
+        }
+        // NodeNotLinked guard, before anything is published or counted as failing: a Node-less
+        // Machine about to turn False whose VM matches a workload Node becomes Unknown. It must
+        // never be published False first — in condition mode the MHC acts on False itself.
+        let unlinked = self.unlinked_nodes(&targets, &verdicts, &scope_of).await;
+        for (&i, node) in &unlinked {
+            verdicts[i] = self.verdict_for(
+                &targets[i],
+                &scope_of,
+                &credential_errors,
+                Some(node.clone()),
+                now,
+            );
         }
         // Mass-failure guard, per scope.
         let mut members_by_scope: BTreeMap<String, Vec<usize>> = BTreeMap::new();
@@ -351,7 +364,7 @@ impl Controller {
             })
             .map(|t| (t.machine.namespace.clone(), t.machine.cluster_name.clone()))
             .collect();
-        for (t, verdict) in targets.iter().zip(verdicts) {
+        for (i, (t, verdict)) in targets.iter().zip(verdicts).enumerate() {
             let mut report = MachineReport {
                 namespace: t.machine.namespace.clone(),
                 name: t.machine.name.clone(),
@@ -397,6 +410,11 @@ impl Controller {
                 report.reason = Some(published.reason.clone());
                 report.message = Some(published.message.clone());
                 report.since = Some(published.last_transition_time);
+                if let Some(node) = unlinked.get(&i) {
+                    report.escalation = "held".into();
+                    report.escalation_detail =
+                        Some(format!("{}: Node {node} exists", reason::NODE_NOT_LINKED));
+                }
                 self.escalate(
                     t,
                     &published,
@@ -425,6 +443,7 @@ impl Controller {
         t: &Target,
         scope_of: &HashMap<EndpointRef, String>,
         credential_errors: &HashMap<EndpointRef, String>,
+        unlinked_node: Option<String>,
         now: Timestamp,
     ) -> Option<Verdict> {
         match &t.problem {
@@ -465,7 +484,7 @@ impl Controller {
         let facts = MachineFacts {
             has_node: t.machine.has_node_ref,
             deleting: t.machine.deleting,
-            unlinked_node: None,
+            unlinked_node,
         };
         Some(evaluate(history, &facts, &self.graces, now))
     }
@@ -565,30 +584,6 @@ impl Controller {
                 report.escalation_detail = Some(format!("{reason}: {message}"));
             }
             Escalation::Annotate => {
-                if !t.machine.has_node_ref {
-                    if let Some(node) = self.unlinked_node(t, report).await {
-                        let verdict = Verdict::new(
-                            Status::Unknown,
-                            reason::NODE_NOT_LINKED,
-                            format!(
-                                "would escalate ({}: {}), but Node {node} matches this VM while the Machine has no nodeRef; \
-                                 check why CAPI has not linked it",
-                                published.reason, published.message
-                            ),
-                        );
-                        let mut linked = t.clone();
-                        linked.current = Some(published.clone());
-                        let now_published = self.publish(&linked, &verdict, now, summary).await;
-                        report.verdict = Some(now_published.status);
-                        report.reason = Some(now_published.reason);
-                        report.message = Some(now_published.message);
-                        report.since = Some(now_published.last_transition_time);
-                        report.escalation = "held".into();
-                        report.escalation_detail =
-                            Some(format!("{}: Node {node} exists", reason::NODE_NOT_LINKED));
-                        return;
-                    }
-                }
                 match kube_io::annotate_for_remediation(
                     &self.client,
                     &self.resources.machine,
@@ -630,34 +625,65 @@ impl Controller {
         }
     }
 
-    /// The NodeNotLinked guard: a Node matching the VM exists although the Machine has none.
-    async fn unlinked_node(&self, t: &Target, report: &mut MachineReport) -> Option<String> {
-        let addresses: Vec<String> = report
-            .scope
-            .as_ref()
-            .and_then(|k| self.scopes.get(k))
-            .and_then(|s| {
-                t.instance_id
-                    .as_ref()
-                    .and_then(|id| s.observer.histories.get(id))
-            })
-            .and_then(|h| h.sighting.as_ref())
-            .map(|s| s.addresses.clone())
-            .unwrap_or_default();
-        match kube_io::workload_nodes(
-            &self.client,
-            &t.machine.namespace,
-            &t.machine.cluster_name,
-            to_std(self.args.workload_timeout),
-        )
-        .await
-        {
-            Ok(nodes) => matching_node(&nodes, &t.machine.name, &addresses).map(str::to_string),
-            Err(e) => {
-                tracing::debug!(error = %e, "NodeNotLinked check skipped");
-                None
+    /// The NodeNotLinked guard: for each Node-less, not deleting Machine whose verdict is
+    /// `False`, a workload Node matching the VM (by name or InternalIP) — index → Node name.
+    /// Each workload cluster is asked at most once per cycle, and only when needed; when it
+    /// cannot be asked the verdict stands (the guard holds only when a Node is found).
+    async fn unlinked_nodes(
+        &self,
+        targets: &[Target],
+        verdicts: &[Option<Verdict>],
+        scope_of: &HashMap<EndpointRef, String>,
+    ) -> BTreeMap<usize, String> {
+        let mut nodes_of: HashMap<(String, String), Option<Vec<serde_json::Value>>> =
+            HashMap::new();
+        let mut out = BTreeMap::new();
+        for (i, t) in targets.iter().enumerate() {
+            let is_false = verdicts[i]
+                .as_ref()
+                .is_some_and(|v| v.status == Status::False);
+            if !is_false || t.machine.has_node_ref || t.machine.deleting {
+                continue;
+            }
+            let cluster = (t.machine.namespace.clone(), t.machine.cluster_name.clone());
+            if !nodes_of.contains_key(&cluster) {
+                let nodes = match kube_io::workload_nodes(
+                    &self.client,
+                    &cluster.0,
+                    &cluster.1,
+                    to_std(self.args.workload_timeout),
+                )
+                .await
+                {
+                    Ok(nodes) => Some(nodes),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "NodeNotLinked check skipped");
+                        None
+                    }
+                };
+                nodes_of.insert(cluster.clone(), nodes);
+            }
+            let Some(Some(nodes)) = nodes_of.get(&cluster) else {
+                continue;
+            };
+            let addresses: Vec<String> = t
+                .endpoint
+                .as_ref()
+                .and_then(|e| scope_of.get(e))
+                .and_then(|k| self.scopes.get(k))
+                .and_then(|s| {
+                    t.instance_id
+                        .as_ref()
+                        .and_then(|id| s.observer.histories.get(id))
+                })
+                .and_then(|h| h.sighting.as_ref())
+                .map(|s| s.addresses.clone())
+                .unwrap_or_default();
+            if let Some(node) = matching_node(nodes, &t.machine.name, &addresses) {
+                out.insert(i, node.to_string());
             }
         }
+        out
     }
 
     async fn write_report(
