@@ -73,3 +73,47 @@ async fn each_fault_reaches_its_row() {
     assert!(!s["m-ok"].1, "a healthy Machine is never annotated");
     f.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_going_offline_is_unknown_then_false_after_its_grace() {
+    let Some(client) = kube_client().await else {
+        return;
+    };
+    let (a, b) = (
+        uuid::Uuid::new_v4().to_string(),
+        uuid::Uuid::new_v4().to_string(),
+    );
+    let scenario = serde_json::json!({
+        "settings": {"stats_interval_seconds": 1, "boot_seconds": 1},
+        "zones": [{"name": "zone-a", "id": kube_support::ZONE_ID}],
+        "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.0.0/16"}],
+        "hosts": [{"name": "host-1", "zone": "zone-a"}, {"name": "host-2", "zone": "zone-a"}],
+        "vms": [{"name": "vm-lost", "id": a, "host": "host-1"}, {"name": "vm-fine", "id": b, "host": "host-2"}],
+    });
+    let f =
+        Fixture::with_simulator(client, kube_support::simulator_from(scenario, 1.0).await).await;
+    f.machine("m-lost", Some("vm-lost"), false, "fd1").await;
+    f.machine("m-fine", Some("vm-fine"), false, "fd1").await;
+    let (mut c, _) = f.controller(&["--host-unreachable-grace", "4s"]).await;
+    let names = ["m-lost", "m-fine"];
+    f.cycle_until(&mut c, &names, Duration::from_secs(30), |s| {
+        is(&s["m-lost"], "True", "VMHealthy")
+    })
+    .await;
+    f.sim
+        .inject_fault("vm-lost", Fault::HostOffline)
+        .expect("host offline");
+    // Unknown first (within the grace), never False before it …
+    f.cycle_until(&mut c, &names, Duration::from_secs(10), |s| {
+        is(&s["m-lost"], "Unknown", "HostUnreachable")
+    })
+    .await;
+    // … then False once it has passed; the VM on the other host stays healthy.
+    let s = f
+        .cycle_until(&mut c, &names, Duration::from_secs(30), |s| {
+            is(&s["m-lost"], "False", "HostUnreachable") && is(&s["m-fine"], "True", "VMHealthy")
+        })
+        .await;
+    assert!(!s["m-fine"].1);
+    f.cleanup().await;
+}

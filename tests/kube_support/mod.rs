@@ -108,6 +108,44 @@ pub async fn simulator(
     .await
 }
 
+/// A simulator from a whole scenario (its `vms` must carry fixed ids); the account
+/// `admin`/[`SIM_KEY`] is added.
+pub async fn simulator_from(
+    mut scenario: Value,
+    time_scale: f64,
+) -> (Simulator, SimServer, BTreeMap<String, String>) {
+    scenario["accounts"] =
+        json!([{"name": "admin", "type": "Admin", "api_key": SIM_KEY, "secret_key": SIM_SECRET}]);
+    let ids = scenario["vms"]
+        .as_array()
+        .map(|vms| {
+            vms.iter()
+                .map(|v| {
+                    (
+                        v["name"].as_str().unwrap().to_string(),
+                        v["id"].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let world = sim::parse_scenario(
+        &scenario.to_string(),
+        "inline",
+        sim::real_now_ms(),
+        (SIM_KEY, SIM_SECRET),
+    )
+    .expect("scenario");
+    let simulator = Simulator::with_time_scale(world, time_scale);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let server = sim::serve(listener, simulator.clone())
+        .await
+        .expect("serve");
+    (simulator, server, ids)
+}
+
 /// A simulator with the given `settings` and clock rate (0 = frozen, moved by `advance`).
 pub async fn simulator_with(
     settings: Value,
