@@ -12,8 +12,7 @@ use serde::Serialize;
 use crate::cli::{parse_duration, GraceArgs};
 use crate::cloudstack::client::{ClientConfig, CloudStackClient, Credentials, VmListQuery};
 use crate::cloudstack::error::CloudStackError;
-use crate::cloudstack::model::CsTime;
-use crate::scope::{ScopeObserver, ScopePoll};
+use crate::scope::ScopeObserver;
 use crate::verdict::condition::{next_condition, ConditionState, DEFAULT_CONDITION_TYPE};
 use crate::verdict::{evaluate, Graces, MachineFacts, MassFailureGuard, ScopeMember, Status};
 
@@ -173,56 +172,21 @@ impl Checker {
 
     /// Polls the scope once and folds the result into every VM's history.
     pub async fn poll(&mut self, now: Timestamp) -> PollReport {
-        let listing = self.client.list_virtual_machines(&self.query).await;
-        let mut report = PollReport {
-            listing_error: None,
-            vms_listed: 0,
-            complete: false,
-            usage_history_note: None,
-        };
-        match &listing {
-            Ok(l) => {
-                report.vms_listed = l.vms.len();
-                report.complete = l.complete;
-                self.observer.record(
-                    ScopePoll::Listed {
-                        vms: &l.vms,
-                        complete: l.complete,
-                    },
-                    now,
-                    &self.graces,
-                );
-            }
-            Err(e) => {
-                self.observer
-                    .record(ScopePoll::Failed(&e.to_string()), now, &self.graces);
-                report.listing_error = Some(e.clone());
-                return report;
-            }
+        let o = crate::scope::poll(
+            &self.client,
+            &mut self.observer,
+            &self.query,
+            &self.graces,
+            &mut self.usage_history,
+            now,
+        )
+        .await;
+        PollReport {
+            listing_error: o.listing_error,
+            vms_listed: o.vms_listed,
+            complete: o.complete,
+            usage_history_note: o.usage_history_note,
         }
-        if self.usage_history {
-            let ids = self.observer.usage_candidates(&self.graces, now);
-            if !ids.is_empty() {
-                let lookback = self.graces.stats_interval
-                    * (i32::try_from(self.graces.silent_samples)
-                        .unwrap_or(i32::MAX)
-                        .saturating_add(3));
-                let start = CsTime(now - lookback);
-                match self.client.list_usage_history(&ids, Some(start)).await {
-                    Ok(items) => self.observer.record_usage(&items, now),
-                    Err(CloudStackError::Unsupported { .. }) => {
-                        self.usage_history = false;
-                        report.usage_history_note =
-                            Some("usage history not available here; judging traffic from listing counters".into());
-                    }
-                    Err(e) => {
-                        report.usage_history_note =
-                            Some(format!("usage history skipped this poll: {e}"))
-                    }
-                }
-            }
-        }
-        report
     }
 
     /// The verdicts at `now`, after the mass-failure guard, with stable transition times.

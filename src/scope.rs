@@ -1,12 +1,17 @@
 //! A *scope* is one endpoint × project/account × zone: one paginated listing per poll,
 //! matched to the tracked VMs client-side by id (one unknown id in `ids=` would fail the
 //! whole batch with 431, so the shim never filters by id on the server).
+//!
+//! [`ScopeObserver`] is pure; [`poll`] is the one I/O step that feeds it (used by `check`
+//! and by the controller alike).
 
 use std::collections::{BTreeMap, HashMap};
 
 use jiff::Timestamp;
 
-use crate::cloudstack::model::{UsageHistoryVm, VirtualMachine};
+use crate::cloudstack::client::{CloudStackClient, VmListQuery};
+use crate::cloudstack::error::CloudStackError;
+use crate::cloudstack::model::{CsTime, UsageHistoryVm, VirtualMachine};
 use crate::verdict::{Graces, PollOutcome, VmHistory};
 
 /// One poll of a scope.
@@ -102,6 +107,85 @@ impl ScopeObserver {
             .map(|h| h.vm_id.clone())
             .collect()
     }
+}
+
+/// What one [`poll`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScopePollReport {
+    pub listing_error: Option<CloudStackError>,
+    pub vms_listed: usize,
+    pub complete: bool,
+    /// Items of the listing that could not be read (the listing is then incomplete).
+    pub unreadable: usize,
+    /// Why usage history was not used this time, if it was wanted.
+    pub usage_history_note: Option<String>,
+}
+
+/// Polls a scope once: one paginated listing, then the usage history of the VMs whose
+/// listing counters do not prove activity. `usage_history` is switched off for good when
+/// the server or the role does not have the API.
+pub async fn poll(
+    client: &CloudStackClient,
+    observer: &mut ScopeObserver,
+    query: &VmListQuery,
+    graces: &Graces,
+    usage_history: &mut bool,
+    now: Timestamp,
+) -> ScopePollReport {
+    let mut out = ScopePollReport {
+        listing_error: None,
+        vms_listed: 0,
+        complete: false,
+        unreadable: 0,
+        usage_history_note: None,
+    };
+    match client.list_virtual_machines(query).await {
+        Ok(l) => {
+            out.vms_listed = l.vms.len();
+            out.complete = l.complete;
+            out.unreadable = l.failures.len();
+            observer.record(
+                ScopePoll::Listed {
+                    vms: &l.vms,
+                    complete: l.complete,
+                },
+                now,
+                graces,
+            );
+        }
+        Err(e) => {
+            observer.record(ScopePoll::Failed(&e.to_string()), now, graces);
+            out.listing_error = Some(e);
+            return out;
+        }
+    }
+    if *usage_history {
+        let ids = observer.usage_candidates(graces, now);
+        if !ids.is_empty() {
+            // Enough samples to judge silence, plus a little slack.
+            let lookback = graces.stats_interval
+                * i32::try_from(graces.silent_samples)
+                    .unwrap_or(i32::MAX)
+                    .saturating_add(3);
+            match client
+                .list_usage_history(&ids, Some(CsTime(now - lookback)))
+                .await
+            {
+                Ok(items) => observer.record_usage(&items, now),
+                Err(CloudStackError::Unsupported { .. }) => {
+                    *usage_history = false;
+                    out.usage_history_note = Some(
+                        "usage history not available here; judging traffic from listing counters"
+                            .into(),
+                    );
+                }
+                Err(e) => {
+                    out.usage_history_note = Some(format!("usage history skipped this poll: {e}"))
+                }
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -16,14 +16,12 @@ use super::config::RunArgs;
 use super::kube_io::{self, Events, Resources, Stores};
 use super::targets::{self, EndpointRef, Objects, Target, TargetProblem};
 use crate::cloudstack::client::{ClientConfig, CloudStackClient, VmListQuery};
-use crate::cloudstack::error::CloudStackError;
-use crate::cloudstack::model::CsTime;
 use crate::cloudstack::ratelimit::RateLimit;
 use crate::k8s::capi::{ApiChoice, Mode};
 use crate::k8s::escalation::{self, Escalation, EscalationFacts};
 use crate::k8s::objects::{matching_node, well_known};
 use crate::metrics::Metrics;
-use crate::scope::{ScopeObserver, ScopePoll};
+use crate::scope::ScopeObserver;
 use crate::status::{ClusterReport, FailureDomainReport, MachineReport, ScopeReport, StatusReport};
 use crate::verdict::condition::{is_unchanged, next_condition};
 use crate::verdict::{
@@ -745,48 +743,29 @@ impl Controller {
 
 async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces, now: Timestamp) {
     scope.report.last_poll = Some(now);
-    match scope.client.list_virtual_machines(query).await {
-        Ok(listing) => {
-            scope.observer.record(
-                ScopePoll::Listed {
-                    vms: &listing.vms,
-                    complete: listing.complete,
-                },
-                now,
-                graces,
-            );
+    let o = crate::scope::poll(
+        &scope.client,
+        &mut scope.observer,
+        query,
+        graces,
+        &mut scope.usage_history,
+        now,
+    )
+    .await;
+    match &o.listing_error {
+        Some(e) => scope.report.last_error = Some(e.to_string()),
+        None => {
             scope.report.last_success = Some(now);
-            scope.report.last_error = (!listing.complete).then(|| {
+            scope.report.last_error = (!o.complete).then(|| {
                 format!(
                     "listing incomplete: {} item(s) could not be read",
-                    listing.failures.len()
+                    o.unreadable
                 )
             });
         }
-        Err(e) => {
-            let msg = e.to_string();
-            scope.observer.record(ScopePoll::Failed(&msg), now, graces);
-            scope.report.last_error = Some(msg);
-            return;
-        }
     }
-    if scope.usage_history {
-        let ids = scope.observer.usage_candidates(graces, now);
-        if !ids.is_empty() {
-            let lookback = graces.stats_interval
-                * (i32::try_from(graces.silent_samples)
-                    .unwrap_or(3)
-                    .saturating_add(3));
-            match scope
-                .client
-                .list_usage_history(&ids, Some(CsTime(now - lookback)))
-                .await
-            {
-                Ok(items) => scope.observer.record_usage(&items, now),
-                Err(CloudStackError::Unsupported { .. }) => scope.usage_history = false,
-                Err(e) => tracing::debug!(error = %e, "usage history skipped this cycle"),
-            }
-        }
+    if let Some(note) = &o.usage_history_note {
+        tracing::debug!(note = %note, "usage history");
     }
     let stats = scope.client.stats();
     scope.report.calls_total = stats.calls;

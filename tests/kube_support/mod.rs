@@ -152,37 +152,19 @@ pub async fn simulator_with(
     vms: &[(&str, &str, &str)],
     time_scale: f64,
 ) -> (Simulator, SimServer, BTreeMap<String, String>) {
-    let mut ids = BTreeMap::new();
     let vm_entries: Vec<Value> = vms
         .iter()
         .map(|(name, guest, state)| {
-            let id = uuid::Uuid::new_v4().to_string();
-            ids.insert(name.to_string(), id.clone());
-            json!({"name": name, "id": id, "guest": guest, "state": state})
+            json!({"name": name, "id": uuid::Uuid::new_v4().to_string(), "guest": guest, "state": state})
         })
         .collect();
     let scenario = json!({
         "settings": settings,
-        "accounts": [{"name": "admin", "type": "Admin", "api_key": SIM_KEY, "secret_key": SIM_SECRET}],
         "zones": [{"name": "zone-a", "id": ZONE_ID}],
         "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.0.0/16"}],
         "vms": vm_entries,
     });
-    let world = sim::parse_scenario(
-        &scenario.to_string(),
-        "inline",
-        sim::real_now_ms(),
-        (SIM_KEY, SIM_SECRET),
-    )
-    .expect("scenario");
-    let simulator = Simulator::with_time_scale(world, time_scale);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let server = sim::serve(listener, simulator.clone())
-        .await
-        .expect("serve");
-    (simulator, server, ids)
+    simulator_from(scenario, time_scale).await
 }
 
 /// One namespace with a cluster `c1`: the endpoint Secret `acs`, failure domain `fd1`, the
