@@ -17,7 +17,7 @@ use super::kube_io::{self, Events, Resources, Stores};
 use super::targets::{self, EndpointRef, Objects, Target, TargetProblem};
 use crate::cloudstack::client::{ClientConfig, CloudStackClient, VmListQuery};
 use crate::cloudstack::ratelimit::RateLimit;
-use crate::k8s::capi::{ApiChoice, Mode};
+use crate::k8s::capi::ApiChoice;
 use crate::k8s::escalation::{self, Escalation, EscalationFacts};
 use crate::k8s::objects::{matching_node, well_known};
 use crate::metrics::Metrics;
@@ -93,7 +93,6 @@ fn to_std(d: SignedDuration) -> Duration {
 }
 
 impl Controller {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: Client,
         args: RunArgs,
@@ -734,10 +733,6 @@ impl Controller {
                 },
             )
             .collect();
-    }
-
-    pub fn mode(&self) -> Mode {
-        self.api.mode
     }
 }
 
