@@ -870,3 +870,87 @@ async fn an_api_outage_recycles_nothing() {
     assert_eq!(after.last["m-bad"].1, annotate_mode(&f));
     f.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_named_secret_overrides_the_failure_domain_keys_for_its_endpoint() {
+    let Some(client) = kube_support::kube_client().await else {
+        return;
+    };
+    let f = Fixture::new(client.clone(), &[("vm-error", "healthy", "Error")]).await;
+    // The failure domain's own Secret carries a key CloudStack rejects (e.g. CAPC's key was
+    // rotated away from the shim); the operator's read-only Secret has the right one.
+    f.secret(
+        "capc-key",
+        &[
+            ("api-url", &f.server.api_url()),
+            ("api-key", kube_support::SIM_KEY),
+            ("secret-key", "not-the-secret"),
+        ],
+    )
+    .await;
+    f.secret(
+        "shim-ro",
+        &[
+            ("api-key", kube_support::SIM_KEY),
+            ("secret-key", kube_support::SIM_SECRET),
+        ],
+    )
+    .await;
+    f.failure_domain("fd-capc", "capc-key").await;
+    f.machine("m-error", Some("vm-error"), false, "fd-capc")
+        .await;
+
+    let (mut without, _) = f.controller(&[]).await;
+    f.cycle_until(&mut without, &["m-error"], Duration::from_secs(20), |s| {
+        kube_support::is(&s["m-error"], "Unknown", "CloudStackAPIUnavailable")
+    })
+    .await;
+    let over = format!("{}={}/shim-ro", f.server.api_url(), f.ns);
+    let (mut with, report) = f.controller(&["--endpoint-credentials", &over]).await;
+    f.cycle_until(&mut with, &["m-error"], Duration::from_secs(20), |s| {
+        kube_support::is(&s["m-error"], "False", "VMError")
+    })
+    .await;
+    assert!(!serde_json::to_string(&*report.read().await)
+        .unwrap()
+        .contains(kube_support::SIM_SECRET));
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_without_its_cloudstack_machine_gets_no_verdict_but_a_reason() {
+    let Some(client) = kube_support::kube_client().await else {
+        return;
+    };
+    let f = Fixture::new(client.clone(), &[("vm-ok", "healthy", "Starting")]).await;
+    f.machine("m-ok", Some("vm-ok"), false, "fd1").await;
+    f.machine("m-orphan", Some("vm-ok"), false, "fd1").await;
+    let csm: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(client.clone(), &f.ns, &f.resources.cloudstack_machine);
+    csm.delete("m-orphan-csm", &Default::default())
+        .await
+        .expect("delete the CloudStackMachine");
+    let (mut c, report) = f.controller(&[]).await;
+    let s = f
+        .cycle_until(
+            &mut c,
+            &["m-ok", "m-orphan"],
+            Duration::from_secs(30),
+            |s| kube_support::is(&s["m-ok"], "True", "VMHealthy"),
+        )
+        .await;
+    assert_eq!(
+        s["m-orphan"].0, None,
+        "no verdict without a CloudStackMachine"
+    );
+    let r = report.read().await.clone();
+    let m = &r.clusters[&format!("{}/c1", f.ns)].machines["m-orphan"];
+    assert!(
+        m.message
+            .as_deref()
+            .unwrap()
+            .contains("CloudStackMachine m-orphan-csm not found"),
+        "{m:?}"
+    );
+    f.cleanup().await;
+}
