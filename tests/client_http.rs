@@ -475,13 +475,12 @@ async fn rate_limiter_spaces_requests() {
         span >= Duration::from_millis(280),
         "4 requests at 10/s took {span:?}"
     );
+    // How long each call waited depends on how long the previous request took (the bucket
+    // refills meanwhile), so on a loaded machine only "some calls waited" is certain; the
+    // spacing above is what the limiter guarantees.
     let stats = client.stats();
-    assert_eq!(stats.rate_limited_calls, 3);
-    assert!(
-        stats.rate_limit_wait >= Duration::from_millis(250),
-        "{:?}",
-        stats.rate_limit_wait
-    );
+    assert!((1..=3).contains(&stats.rate_limited_calls), "{stats:?}");
+    assert!(stats.rate_limit_wait > Duration::ZERO, "{stats:?}");
 }
 
 #[tokio::test]
