@@ -15,8 +15,11 @@ use kube_support::{is, kube_client, Fixture};
 use serde_json::json;
 
 fn deploy_rbac() -> (ClusterRole, ClusterRoleBinding) {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/base/rbac.yaml"))
-        .expect("deploy/base/rbac.yaml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/base/rbac.yaml"
+    ))
+    .expect("deploy/base/rbac.yaml");
     let mut role = None;
     let mut binding = None;
     for doc in serde_yaml_ng::Deserializer::from_str(&text) {

@@ -14,6 +14,7 @@ use std::process::Command;
 use capc_health_shim::cloudstack::client::RetryPolicy;
 use capc_health_shim::controller::config::parse_override;
 use capc_health_shim::verdict::condition::DEFAULT_CONDITION_TYPE;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{pinned_kind, Scope};
@@ -130,7 +131,10 @@ fn port_number(container: &Value, port: &Value) -> i64 {
 
 /// CPU in millicores or memory in bytes, for the quantities the manifests use.
 fn quantity(q: &Value) -> f64 {
-    let s = q.as_str().map(str::to_string).unwrap_or_else(|| q.to_string());
+    let s = q
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| q.to_string());
     let units = [
         ("Ki", 1024.0),
         ("Mi", 1024.0 * 1024.0),
@@ -185,7 +189,10 @@ fn the_kustomization_lists_exactly_the_base_files() {
         .filter(|p| !is_kustomization(p))
         .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
         .collect();
-    assert_eq!(listed, present, "kustomization.yaml resources vs files in deploy/base");
+    assert_eq!(
+        listed, present,
+        "kustomization.yaml resources vs files in deploy/base"
+    );
 }
 
 #[test]
@@ -325,16 +332,21 @@ fn the_deployment_is_two_hardened_replicas_with_leader_election_and_probes() {
 
     // A SIGTERM is acted on after the running cycle: the grace period covers one CloudStack call
     // with every retry at the default request timeout, plus the Lease release and HTTP drain.
-    let per_call = RetryPolicy::default().max_attempts as u64
-        * run_args(&[]).request_timeout.as_secs() as u64;
-    let grace = pod["terminationGracePeriodSeconds"].as_u64().expect("grace");
+    let per_call =
+        RetryPolicy::default().max_attempts as u64 * run_args(&[]).request_timeout.as_secs() as u64;
+    let grace = pod["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("grace");
     assert!(
         grace > per_call + 10,
         "terminationGracePeriodSeconds {grace} ≤ {per_call}s + 10s"
     );
 
     let image = c["image"].as_str().unwrap();
-    assert!(image.contains(':') && !image.ends_with(":latest"), "{image}");
+    assert!(
+        image.contains(':') && !image.ends_with(":latest"),
+        "{image}"
+    );
 }
 
 #[test]
@@ -401,7 +413,11 @@ fn the_examples_say_what_each_mode_needs() {
         .iter()
         .filter(|c| c["type"] == DEFAULT_CONDITION_TYPE)
         .collect();
-    assert_eq!(ours.len(), 1, "the shim's condition, False only (never Unknown)");
+    assert_eq!(
+        ours.len(),
+        1,
+        "the shim's condition, False only (never Unknown)"
+    );
     assert_eq!(ours[0]["status"], "False");
     assert_eq!(
         condition["spec"]["remediation"]["triggerIf"]["unhealthyLessThanOrEqualTo"],
@@ -437,19 +453,25 @@ fn the_endpoint_credentials_examples_parse_and_name_the_example_secret() {
     files.push(deploy_dir().join("README.md"));
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
-        for (_, rest) in text.match_indices("--endpoint-credentials=") {
-            let value: String = rest["--endpoint-credentials=".len()..]
+        for (at, _) in text.match_indices("--endpoint-credentials=") {
+            let value: String = text[at + "--endpoint-credentials=".len()..]
                 .chars()
                 .take_while(|c| !c.is_whitespace() && !matches!(c, '`' | '"' | '\''))
                 .collect();
             let o = parse_override(&value)
                 .unwrap_or_else(|e| panic!("{}: {value}: {e}", path.display()));
-            assert_eq!(o.namespace, secret["metadata"]["namespace"].as_str().unwrap());
+            assert_eq!(
+                o.namespace,
+                secret["metadata"]["namespace"].as_str().unwrap()
+            );
             assert_eq!(o.name, secret["metadata"]["name"].as_str().unwrap());
             seen += 1;
         }
     }
-    assert!(seen >= 2, "examples in the Secret, the Deployment and the README");
+    assert!(
+        seen >= 2,
+        "examples in the Secret, the Deployment and the README"
+    );
 }
 
 /// The real binary accepts the Deployment's arguments and environment: it gets past flag
@@ -474,17 +496,17 @@ fn the_binary_accepts_the_deployments_arguments() {
     }
     let out = cmd
         .env("CAPC_HEALTH_STATUS_ADDR", "127.0.0.1:0")
-        .env("KUBECONFIG", "/nonexistent/capc-health-shim-test-kubeconfig")
+        .env(
+            "KUBECONFIG",
+            "/nonexistent/capc-health-shim-test-kubeconfig",
+        )
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("KUBERNETES_SERVICE_PORT")
         .output()
         .expect("the binary runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("no Kubernetes configuration"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("no Kubernetes configuration"), "{stderr}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -498,6 +520,25 @@ fn the_binary_accepts_the_deployments_arguments() {
 fn service_monitor_crd() -> Value {
     let duration = json!({"type": "string",
         "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"});
+    let endpoint = json!({"type": "object", "properties": {
+        "port": {"type": "string"}, "targetPort": {"x-kubernetes-int-or-string": true},
+        "path": {"type": "string"}, "scheme": {"type": "string", "enum": ["http", "https"]},
+        "interval": duration.clone(), "scrapeTimeout": duration,
+        "honorLabels": {"type": "boolean"}}});
+    let selector = json!({"type": "object", "x-kubernetes-map-type": "atomic", "properties": {
+        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "matchExpressions": {"type": "array", "items": {"type": "object",
+            "x-kubernetes-preserve-unknown-fields": true}}}});
+    let spec = json!({"type": "object", "required": ["selector"], "properties": {
+        "selector": selector,
+        "namespaceSelector": {"type": "object", "properties": {
+            "any": {"type": "boolean"},
+            "matchNames": {"type": "array", "items": {"type": "string"}}}},
+        "jobLabel": {"type": "string"},
+        "endpoints": {"type": "array", "items": endpoint}}});
+    let schema = json!({"type": "object", "required": ["spec"], "properties": {
+        "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+        "metadata": {"type": "object"}, "spec": spec}});
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -507,24 +548,8 @@ fn service_monitor_crd() -> Value {
             "names": {"kind": "ServiceMonitor", "listKind": "ServiceMonitorList",
                       "plural": "servicemonitors", "singular": "servicemonitor", "shortNames": ["smon"]},
             "scope": "Namespaced",
-            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
-                "type": "object", "required": ["spec"],
-                "properties": {
-                    "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
-                    "spec": {"type": "object", "required": ["selector"], "properties": {
-                        "selector": {"type": "object", "x-kubernetes-map-type": "atomic", "properties": {
-                            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
-                            "matchExpressions": {"type": "array", "items": {"type": "object",
-                                "x-kubernetes-preserve-unknown-fields": true}}}},
-                        "namespaceSelector": {"type": "object", "properties": {
-                            "any": {"type": "boolean"},
-                            "matchNames": {"type": "array", "items": {"type": "string"}}}},
-                        "jobLabel": {"type": "string"},
-                        "endpoints": {"type": "array", "items": {"type": "object", "properties": {
-                            "port": {"type": "string"}, "targetPort": {"x-kubernetes-int-or-string": true},
-                            "path": {"type": "string"}, "scheme": {"type": "string", "enum": ["http", "https"]},
-                            "interval": duration.clone(), "scrapeTimeout": duration,
-                            "honorLabels": {"type": "boolean"}}}}}}}}}}]
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": schema}}]
         }
     })
 }
@@ -573,6 +598,24 @@ async fn is_served(client: &Client, gvk: &GroupVersionKind) -> bool {
     pinned_kind(client, gvk).await.is_ok()
 }
 
+/// Whether objects of `gvk` are stored as sent: a built-in kind, or a CRD whose storage version
+/// is `gvk`'s (the test server runs no conversion webhooks).
+async fn round_trips(client: &Client, gvk: &GroupVersionKind) -> bool {
+    let (ar, _) = pinned_kind(client, gvk).await.unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let Some(crd) = crds
+        .get_opt(&format!("{}.{}", ar.plural, ar.group))
+        .await
+        .expect("GET CRD")
+    else {
+        return true;
+    };
+    crd.spec
+        .versions
+        .iter()
+        .any(|v| v.storage && v.name == gvk.version)
+}
+
 async fn ensure_service_monitor_crd(client: &Client) {
     let crd = service_monitor_crd();
     apply(client, &gvk_of(&crd), None, &crd, false)
@@ -581,7 +624,10 @@ async fn ensure_service_monitor_crd(client: &Client) {
     let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor");
     let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !is_served(client, &gvk).await {
-        assert!(std::time::Instant::now() < until, "ServiceMonitor CRD not served");
+        assert!(
+            std::time::Instant::now() < until,
+            "ServiceMonitor CRD not served"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
@@ -604,16 +650,10 @@ async fn every_manifest_applies_server_side_dry_run_then_for_real() {
         other => panic!("unknown CAPC_HEALTH_TEST_PROFILE {other}"),
     }
 
-    // The examples (no namespace of their own) go into a namespace of this test.
+    // The examples (no namespace of their own) go into namespaces of this test.
     let test_ns = format!("deploy-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    ns_api
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": test_ns}})).unwrap(),
-        )
-        .await
-        .expect("test namespace");
+    let mut example_files: Vec<String> = Vec::new();
+    let mut created_ns: Vec<String> = Vec::new();
 
     // Namespaces first, so the namespaced objects have somewhere to go.
     let mut ms = manifests();
@@ -640,7 +680,20 @@ async fn every_manifest_applies_server_side_dry_run_then_for_real() {
             Scope::Cluster => None,
             Scope::Namespaced => {
                 if obj["metadata"]["namespace"].is_null() {
-                    obj["metadata"]["namespace"] = json!(test_ns);
+                    // One namespace per example file: both MHC examples name the same object.
+                    let idx = example_files
+                        .iter()
+                        .position(|f| f == &m.file)
+                        .unwrap_or_else(|| {
+                            example_files.push(m.file.clone());
+                            example_files.len() - 1
+                        });
+                    let ns = format!("{test_ns}-{idx}");
+                    if idx == created_ns.len() {
+                        create_namespace(&client, &ns).await;
+                        created_ns.push(ns.clone());
+                    }
+                    obj["metadata"]["namespace"] = json!(ns);
                 }
                 Some(obj["metadata"]["namespace"].as_str().unwrap().to_string())
             }
@@ -675,14 +728,20 @@ async fn every_manifest_applies_server_side_dry_run_then_for_real() {
                     && f.operation.as_deref() == Some("Apply")),
             "{what}: not owned by {FIELD_MANAGER}"
         );
-        // Applying the same manifest again changes nothing.
+        // Applying the same manifest again changes nothing — except where the test server
+        // cannot round-trip: a CRD version that is not the storage version, with no conversion
+        // webhook (the v1beta1 MHC on CAPI 1.13 loses its v1beta1-only fields in storage).
         let again = apply(&client, &gvk, ns.as_deref(), &obj, false)
             .await
             .unwrap_or_else(|e| panic!("{what}: second server-side apply: {e}"));
-        assert_eq!(
-            again.metadata.resource_version, real.metadata.resource_version,
-            "{what}: a second apply of the same manifest changed the object"
-        );
+        if round_trips(&client, &gvk).await {
+            assert_eq!(
+                again.metadata.resource_version, real.metadata.resource_version,
+                "{what}: a second apply of the same manifest changed the object"
+            );
+        } else {
+            eprintln!("{what}: no-op re-apply not checked ({} is not the storage version and the test server has no conversion webhook)", gvk.version);
+        }
         applied.push(what);
     }
     eprintln!(
@@ -724,5 +783,19 @@ async fn every_manifest_applies_server_side_dry_run_then_for_real() {
         other => panic!("a pod allowing privilege escalation must be refused: {other:?}"),
     }
 
-    let _ = ns_api.delete(&test_ns, &Default::default()).await;
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for ns in created_ns {
+        let _ = ns_api.delete(&ns, &Default::default()).await;
+    }
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    ns_api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await
+        .expect("test namespace");
 }
