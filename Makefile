@@ -21,11 +21,11 @@ demo: build
 ## make test: every test — Rust unit/integration/property tests and the `cs` (PyPI) conformance test.
 test: test-rust test-conformance
 
-## The Rust tests run with a real API server (CAPI 1.9 CRDs); the controller test runs again
+## The Rust tests run with a real API server (CAPI 1.9 CRDs); the controller and deploy/ tests run again
 ## against the CAPI 1.13 CRDs (v1beta2 storage, unhealthyMachineConditions).
 test-rust: apiserver-runner
 	hack/with-apiserver.sh capi-1.9 $(CARGO) test
-	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_rbac --test controller_rows --test controller_faults --test run_binary
+	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_rbac --test controller_rows --test controller_faults --test run_binary --test deploy_manifests
 
 test-conformance: build
 	$(PYTHON) -m pytest -q tests/conformance

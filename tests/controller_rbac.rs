@@ -1,4 +1,4 @@
-//! The controller runs as a ServiceAccount bound only to the ClusterRole in `deploy/rbac.yaml`
+//! The controller runs as a ServiceAccount bound only to the ClusterRole in `deploy/base/rbac.yaml`
 //! (applied to the real API server) and still does its whole job; the role has no `delete`
 //! verb anywhere, and the ServiceAccount really cannot delete a Machine.
 
@@ -15,8 +15,11 @@ use kube_support::{is, kube_client, Fixture};
 use serde_json::json;
 
 fn deploy_rbac() -> (ClusterRole, ClusterRoleBinding) {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/rbac.yaml"))
-        .expect("deploy/rbac.yaml");
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/base/rbac.yaml"
+    ))
+    .expect("deploy/base/rbac.yaml");
     let mut role = None;
     let mut binding = None;
     for doc in serde_yaml_ng::Deserializer::from_str(&text) {
