@@ -26,6 +26,16 @@ fn cell(s: &str) -> String {
         .replace('|', "\\|")
 }
 
+/// `s` ending in a full stop (clap drops the doc comment's final period).
+fn sentence(s: &str) -> String {
+    let s = s.trim();
+    if s.is_empty() || s.ends_with('.') {
+        s.to_string()
+    } else {
+        format!("{s}.")
+    }
+}
+
 /// The `run` flags as a Markdown table, one row per flag, in definition order.
 pub fn run_flags_markdown() -> String {
     let cmd = RunFlags::command();
@@ -62,7 +72,7 @@ pub fn run_flags_markdown() -> String {
             (true, true) => "—".to_string(),
             (true, false) => format!("`{}`", defaults.join(",")),
         };
-        let mut help = arg
+        let help = arg
             .get_long_help()
             .or(arg.get_help())
             .map(|h| h.to_string())
@@ -72,12 +82,17 @@ pub fn run_flags_markdown() -> String {
             .iter()
             .filter(|_| takes_value)
             .map(|v| match v.get_help() {
-                Some(h) => format!("`{}` ({})", v.get_name(), h.to_string().trim_end_matches('.')),
+                Some(h) => format!(
+                    "`{}` — {}",
+                    v.get_name(),
+                    h.to_string().trim_end_matches('.')
+                ),
                 None => format!("`{}`", v.get_name()),
             })
             .collect();
-        if !values.is_empty() && !long.starts_with("no-") {
-            help = format!("{help} One of: {}.", values.join(", "));
+        let mut help = sentence(&help);
+        if !values.is_empty() {
+            help = format!("{help} One of: {}.", values.join("; "));
         }
         if matches!(arg.get_action(), ArgAction::Append) {
             if let Some(d) = arg.get_value_delimiter() {
@@ -106,12 +121,7 @@ pub fn replace_generated(doc: &str, block: &str) -> Result<String, String> {
         .find(END_MARKER)
         .map(|i| after_begin + i)
         .ok_or_else(|| format!("marker {END_MARKER:?} not found after the begin marker"))?;
-    Ok(format!(
-        "{}\n{}{}",
-        &doc[..after_begin],
-        block,
-        &doc[end..]
-    ))
+    Ok(format!("{}\n{}{}", &doc[..after_begin], block, &doc[end..]))
 }
 
 #[cfg(test)]
@@ -121,10 +131,25 @@ mod tests {
     #[test]
     fn every_run_flag_has_a_row_with_its_env_and_default() {
         let md = run_flags_markdown();
-        assert!(md.contains("| `--poll-interval <POLL_INTERVAL>` | `CAPC_HEALTH_POLL_INTERVAL` | `30s` |"), "{md}");
-        assert!(md.contains("`--no-leader-election` | `CAPC_HEALTH_NO_LEADER_ELECTION` | off |"), "{md}");
-        assert!(md.contains("`--stopped-grace <DURATION>` | — | `60s` |"), "{md}");
-        assert!(md.contains("`auto` (Detect from the served APIs"), "{md}");
+        assert!(
+            md.contains(
+                "| `--poll-interval <POLL_INTERVAL>` | `CAPC_HEALTH_POLL_INTERVAL` | `30s` |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("`--no-leader-election` | `CAPC_HEALTH_NO_LEADER_ELECTION` | off |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("`--stopped-grace <DURATION>` | — | `60s` |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("One of: `auto` — Detect from the served APIs"),
+            "{md}"
+        );
+        assert!(md.contains("(jittered by ±10%). |"), "{md}");
         assert!(!md.contains("--help"));
     }
 
