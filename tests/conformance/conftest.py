@@ -14,9 +14,15 @@ API_KEY = "conformance-api-key"
 SECRET_KEY = "conformance-secret-" + uuid.uuid4().hex
 
 
+def debug_binary(name: str) -> Path:
+    """A binary `cargo build --bins` made (honours CARGO_TARGET_DIR, as cargo does)."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR", "target"))
+    return (target if target.is_absolute() else ROOT / target) / "debug" / name
+
+
 def _sim_binary() -> Path:
     override = os.environ.get("CLOUDSTACK_SIM_BIN")
-    path = Path(override) if override else ROOT / "target" / "debug" / "cloudstack-sim"
+    path = Path(override) if override else debug_binary("cloudstack-sim")
     if not path.exists():
         pytest.fail(f"{path} not found: run `cargo build --bins` first (make test does)")
     return path

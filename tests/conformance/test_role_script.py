@@ -11,6 +11,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from conftest import debug_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE_DIR = ROOT / "hack" / "cloudstack-role"
@@ -157,9 +158,8 @@ def test_a_key_with_the_role_lists_vms_and_nothing_else(seed_sim):
 
 
 def test_the_shim_itself_works_with_the_role_key(seed_sim):
-    shim = Path(os.environ.get("CLOUDSTACK_SIM_BIN", ROOT / "target" / "debug" / "cloudstack-sim")).with_name(
-        "capc-health-shim"
-    )
+    sim_bin = os.environ.get("CLOUDSTACK_SIM_BIN")
+    shim = Path(sim_bin).with_name("capc-health-shim") if sim_bin else debug_binary("capc-health-shim")
     if not shim.exists():
         pytest.fail(f"{shim} not found: run `cargo build --bins` first (make test does)")
     seed = json.loads(seed_sim["scenario"].read_text())
