@@ -7,7 +7,7 @@ APISERVER_PROFILE ?= capi-1.9
 APISERVER_RUN := target/hack/apiserver-run
 
 .PHONY: all build demo test test-rust test-conformance bench timings lint fmt clean \
-	apiserver apiserver-runner apiserver-build apiserver-smoke
+	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image
 
 all: build
 
@@ -56,6 +56,24 @@ apiserver-smoke: apiserver-runner
 ## make timings: fault → False → annotation times and CloudStack calls per cycle (measurements)
 timings: apiserver-runner
 	hack/with-apiserver.sh capi-1.9 $(CARGO) test --test controller_timings -- --ignored --nocapture --test-threads 1
+
+## make docs: regenerate the flags table of docs/configuration.md (tests/docs_sync.rs checks it)
+docs:
+	CAPC_HEALTH_UPDATE_DOCS=1 $(CARGO) test --test docs_sync
+
+## make release: optimised binaries, copied to target/release-artifacts/ (~7 min from cold here)
+RELEASE_DIR := $(or $(CARGO_TARGET_DIR),target)/release
+release:
+	$(CARGO) build --release --bins
+	mkdir -p target/release-artifacts
+	cp $(RELEASE_DIR)/capc-health-shim $(RELEASE_DIR)/cloudstack-sim target/release-artifacts/
+	cd target/release-artifacts && sha256sum capc-health-shim cloudstack-sim > SHA256SUMS
+
+## make image: the container image (needs docker or podman: CONTAINER_ENGINE=podman)
+CONTAINER_ENGINE ?= docker
+IMAGE ?= capc-health-shim:dev
+image:
+	$(CONTAINER_ENGINE) build -t $(IMAGE) .
 
 lint:
 	$(CARGO) fmt --all -- --check

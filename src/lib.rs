@@ -11,6 +11,7 @@
 //! - [`metrics`]: the Prometheus metrics (`capc_health_*`) and their OpenMetrics encoding.
 //! - [`http`]: the `/status`, `/metrics`, `/healthz` and `/readyz` endpoints (axum).
 //! - [`status_cmd`]: `capc-health-shim status --url URL`, a running shim's `/status` for humans.
+//! - [`docs_gen`]: the flags table of `docs/configuration.md`, generated from the clap definitions.
 //! - [`sim`]: `cloudstack-sim`, a CloudStack API simulator used by tests, the demo and benchmarks.
 
 pub mod check;
@@ -18,6 +19,7 @@ pub mod cli;
 pub mod cloudstack;
 pub mod controller;
 pub mod demo;
+pub mod docs_gen;
 pub mod http;
 pub mod k8s;
 pub mod metrics;
