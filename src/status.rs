@@ -57,7 +57,7 @@ pub struct MachineReport {
     pub mhc_covered: bool,
     /// Scope key the VM is polled in.
     pub scope: Option<String>,
-    /// Console URL for a `False` Machine (only with `--console-links`).
+    /// Console URL for a `False` Machine; reserved: console links are not implemented yet, always `None`.
     pub console_url: Option<String>,
 }
 

@@ -84,7 +84,7 @@ pub struct RunArgs {
     /// Timeout of one CloudStack HTTP request.
     #[arg(long, env = "CAPC_HEALTH_REQUEST_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
     pub request_timeout: SignedDuration,
-    /// Client-side rate limit per CloudStack endpoint (requests per second).
+    /// Client-side rate limit per scope client (endpoint × project × zone), requests per second; 0 turns it off.
     #[arg(long, env = "CAPC_HEALTH_RATE_LIMIT", default_value_t = 5.0)]
     pub rate_limit: f64,
     /// Skip leader election (single replica, tests).

@@ -179,6 +179,8 @@ pub async fn main(args: RunArgs) -> u8 {
             let mut r = report.write().await;
             r.ready = true;
         }
+        // A follower is ready too: it serves /status and takes over when the leader goes.
+        metrics.set_ready(true);
         let became_leader = tokio::select! {
             _ = stopped() => false,
             _ = rx.wait_for(|leader| *leader) => true,
