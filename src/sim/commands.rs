@@ -140,6 +140,20 @@ pub static COMMANDS: &[CommandSpec] = &[
         ],
         handler: list_usage_history,
     },
+    // Known to the dispatcher so that roles are enforced on it like on a real server; the
+    // VM-creating calls CAPC makes arrive with the e2e work. Until then it answers 530.
+    CommandSpec {
+        name: "deployVirtualMachine",
+        response: "deployvirtualmachineresponse",
+        item_key: "virtualmachine",
+        authorized: ALL_TYPES,
+        is_list: false,
+        is_async: true,
+        since: "",
+        description: "Creates and automatically starts a VM (not simulated yet)",
+        params: &[],
+        handler: not_simulated,
+    },
     CommandSpec {
         name: "listNics",
         response: "listnicsresponse",
@@ -777,6 +791,14 @@ fn list_usage_history(call: &mut Call<'_>) -> Result<Reply, ApiError> {
 }
 
 // ---- listNics --------------------------------------------------------------------------
+
+fn not_simulated(call: &mut Call<'_>) -> Result<Reply, ApiError> {
+    let _ = call;
+    Err(ApiError::server(
+        530,
+        "this command is not simulated by cloudstack-sim yet",
+    ))
+}
 
 fn list_nics(call: &mut Call<'_>) -> Result<Reply, ApiError> {
     let vmid = call.require("virtualmachineid")?;
