@@ -3,13 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 
-use crate::cli::{parse_duration, GraceArgs};
+use crate::cli::{parse_duration, to_std, GraceArgs};
 use crate::cloudstack::client::{ClientConfig, CloudStackClient, Credentials, VmListQuery};
 use crate::cloudstack::error::CloudStackError;
 use crate::scope::ScopeObserver;
@@ -294,10 +293,6 @@ pub fn read_credentials_file(path: &Path) -> Result<BTreeMap<String, String>, St
         out.insert(k.trim().to_string(), v.to_string());
     }
     Ok(out)
-}
-
-fn to_std(d: SignedDuration) -> Duration {
-    Duration::try_from(d).unwrap_or(Duration::ZERO)
 }
 
 /// Builds the client configuration from flags, environment and credentials file.

@@ -23,6 +23,11 @@ pub fn parse_duration(s: &str) -> Result<SignedDuration, String> {
     }
 }
 
+/// A flag duration as a `std::time::Duration` (flags are never negative; 0 if one were).
+pub fn to_std(d: SignedDuration) -> std::time::Duration {
+    std::time::Duration::try_from(d).unwrap_or(std::time::Duration::ZERO)
+}
+
 /// The verdict table's graces (product.md §4).
 #[derive(Debug, Clone, Args)]
 pub struct GraceArgs {

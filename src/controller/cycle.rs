@@ -6,15 +6,15 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use kube::Client;
 use tokio::sync::RwLock;
 
 use super::config::RunArgs;
 use super::kube_io::{self, Events, Resources, Stores};
 use super::targets::{self, EndpointRef, Objects, Target, TargetProblem};
+use crate::cli::to_std;
 use crate::cloudstack::client::{ClientConfig, CloudStackClient, VmListQuery};
 use crate::cloudstack::ratelimit::RateLimit;
 use crate::k8s::capi::ApiChoice;
@@ -86,10 +86,6 @@ fn scope_key(api_url: &str, e: &EndpointRef) -> String {
         e.project.as_deref().unwrap_or("-"),
         e.zone_id.as_deref().unwrap_or("-")
     )
-}
-
-fn to_std(d: SignedDuration) -> Duration {
-    Duration::try_from(d).unwrap_or(Duration::ZERO)
 }
 
 impl Controller {

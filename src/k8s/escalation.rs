@@ -16,7 +16,6 @@ pub mod hold {
     pub const SKIP_REMEDIATION: &str = "SkipRemediation";
     pub const CONTROL_PLANE_IN_FLIGHT: &str = "ControlPlaneEscalationInFlight";
     pub const ESCALATION_DELAY: &str = "EscalationDelay";
-    pub const REMEDIATION_HELD: &str = "RemediationHeld";
 }
 
 /// What the controller knows when deciding.

@@ -558,6 +558,16 @@ async fn admin_set_api(State(app): State<App>, body: Bytes) -> Response {
                 Some(b) => f.outage = b,
                 None => return bad("a boolean"),
             },
+            "timeout_next" | "malformed_next" | "html_next" => {
+                let Some(n) = val.as_u64() else {
+                    return bad("a non-negative integer");
+                };
+                match k.as_str() {
+                    "timeout_next" => f.timeout_next = n,
+                    "malformed_next" => f.malformed_next = n,
+                    _ => f.html_next = n,
+                }
+            }
             "latency_ms" => match val.as_u64() {
                 Some(n) => f.latency_ms = n,
                 None => return bad("a non-negative integer"),
@@ -565,18 +575,6 @@ async fn admin_set_api(State(app): State<App>, body: Bytes) -> Response {
             "server_error_rate" => match val.as_f64() {
                 Some(r) if (0.0..=1.0).contains(&r) => f.server_error_rate = r,
                 _ => return bad("a number between 0 and 1"),
-            },
-            "timeout_next" => match val.as_u64() {
-                Some(n) => f.timeout_next = n,
-                None => return bad("a non-negative integer"),
-            },
-            "malformed_next" => match val.as_u64() {
-                Some(n) => f.malformed_next = n,
-                None => return bad("a non-negative integer"),
-            },
-            "html_next" => match val.as_u64() {
-                Some(n) => f.html_next = n,
-                None => return bad("a non-negative integer"),
             },
             "throttle" => {
                 if val.is_null() {
