@@ -37,6 +37,22 @@ struct Args {
     /// Private key (PEM) for --tls-cert.
     #[arg(long, requires = "tls_cert", value_name = "FILE")]
     tls_key: Option<PathBuf>,
+    /// Once listening, write the bound port (e.g. `41237`, for --listen 127.0.0.1:0) to this
+    /// file; it appears complete (written to a temporary file, then renamed).
+    #[arg(long, value_name = "FILE")]
+    port_file: Option<PathBuf>,
+}
+
+/// Writes `port` to `path` atomically, so that a reader never sees a partial file.
+fn write_port_file(path: &std::path::Path, port: u16) -> anyhow::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, format!("{port}\n"))
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| anyhow::anyhow!("cannot rename to {}: {e}", path.display()))?;
+    Ok(())
 }
 
 #[tokio::main]
@@ -98,6 +114,9 @@ async fn main() -> anyhow::Result<()> {
         }
         _ => sim::serve(listener, sim).await?,
     };
+    if let Some(p) = &args.port_file {
+        write_port_file(p, server.addr().port())?;
+    }
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "cloudstack-sim listening on {}", server.base_url())?;

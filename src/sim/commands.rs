@@ -14,6 +14,7 @@ use super::traffic;
 use super::world::{
     format_time, is_canonical_uuid, AccountType, Ms, NetworkType, Sample, Vm, VmState, World,
 };
+use super::{directory, provisioning};
 
 /// How a handler is called.
 pub type Handler = fn(&mut Call<'_>) -> Result<Reply, ApiError>;
@@ -89,6 +90,8 @@ const LIST_VM_PARAMS: &[ParamDoc] = &[
     p!("details", "list", false, "comma separated list of vm details requested, value can be a list of [all, group, nics, stats, secgrp, tmpl, servoff, diskoff, backoff, iso, volume, min, affgrp]. If no parameter is passed in, the details will be defaulted to all"),
     p!("haenable", "boolean", false, "list by the High Availability offering; true if filtering VMs with HA enabled; false for VMs with HA disabled"),
     p!("hostid", "uuid", false, "the host ID"),
+    p!("templateid", "uuid", false, "list vms by template"),
+    p!("networkid", "uuid", false, "list by network id"),
     p!("page", "integer", false, ""),
     p!("pagesize", "integer", false, ""),
 ];
@@ -140,20 +143,6 @@ pub static COMMANDS: &[CommandSpec] = &[
         ],
         handler: list_usage_history,
     },
-    // Known to the dispatcher so that roles are enforced on it like on a real server; the
-    // VM-creating calls CAPC makes arrive with the e2e work. Until then it answers 530.
-    CommandSpec {
-        name: "deployVirtualMachine",
-        response: "deployvirtualmachineresponse",
-        item_key: "virtualmachine",
-        authorized: ALL_TYPES,
-        is_list: false,
-        is_async: true,
-        since: "",
-        description: "Creates and automatically starts a VM (not simulated yet)",
-        params: &[],
-        handler: not_simulated,
-    },
     CommandSpec {
         name: "listNics",
         response: "listnicsresponse",
@@ -196,6 +185,364 @@ pub static COMMANDS: &[CommandSpec] = &[
         description: "lists all available apis on the server, provided by the Api Discovery plugin",
         params: &[p!("name", "string", false, "API name")],
         handler: list_apis,
+    },
+    CommandSpec {
+        name: "listUsers",
+        response: "listusersresponse",
+        item_key: "user",
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "Lists user accounts",
+        params: &[
+            p!("id", "uuid", false, "List user by ID."),
+            p!("account", "string", false, "list resources by account. Must be used with the domainId parameter."),
+            p!("domainid", "uuid", false, "list only resources belonging to the domain specified"),
+            p!("username", "string", false, "List user by the username"),
+            p!("listall", "boolean", false, "If set to false, list only resources belonging to the command's caller"),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_users,
+    },
+    CommandSpec {
+        name: "getUserKeys",
+        response: "getuserkeysresponse",
+        item_key: "userkeys",
+        authorized: ALL_TYPES,
+        is_list: false,
+        is_async: false,
+        since: "4.10.0",
+        description: "This command allows the user to query the seceret and API keys for the account",
+        params: &[p!("id", "uuid", true, "ID of the user whose keys are required")],
+        handler: directory::get_user_keys,
+    },
+    CommandSpec {
+        name: "listDomains",
+        response: "listdomainsresponse",
+        item_key: "domain",
+        authorized: &[AccountType::Admin, AccountType::DomainAdmin],
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "Lists domains and provides detailed information for listed domains",
+        params: &[
+            p!("id", "uuid", false, "List domain by domain ID."),
+            p!("name", "string", false, "List domain by domain name."),
+            p!("level", "integer", false, "List domains by domain level."),
+            p!("listall", "boolean", false, "If set to false, list only resources belonging to the command's caller"),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_domains,
+    },
+    CommandSpec {
+        name: "listAccounts",
+        response: "listaccountsresponse",
+        item_key: "account",
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "Lists accounts and provides detailed account information for listed accounts",
+        params: &[
+            p!("id", "uuid", false, "list account by account ID"),
+            p!("name", "string", false, "list account by account name"),
+            p!("domainid", "uuid", false, "list only resources belonging to the domain specified"),
+            p!("accounttype", "integer", false, "list accounts by account type"),
+            p!("listall", "boolean", false, "If set to false, list only resources belonging to the command's caller"),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_accounts,
+    },
+    CommandSpec {
+        name: "listProjects",
+        response: "listprojectsresponse",
+        item_key: "project",
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "3.0.0",
+        description: "Lists projects and provides detailed information for listed projects",
+        params: &[
+            p!("id", "uuid", false, "list projects by project ID"),
+            p!("name", "string", false, "list projects by name"),
+            p!("account", "string", false, "list projects this account is a member of"),
+            p!("domainid", "uuid", false, "list only resources belonging to the domain specified"),
+            p!("listall", "boolean", false, "If set to false, list only resources belonging to the command's caller"),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_projects,
+    },
+    CommandSpec {
+        name: "listZones",
+        response: "listzonesresponse",
+        item_key: "zone",
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "Lists zones",
+        params: &[
+            p!("id", "uuid", false, "the ID of the zone"),
+            p!("name", "string", false, "the name of the zone"),
+            p!("available", "boolean", false, "true if you want to retrieve all available Zones. False if you only want to return the Zones from which you have at least one VM. Default is false."),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_zones,
+    },
+    CommandSpec {
+        name: "listNetworks",
+        response: "listnetworksresponse",
+        item_key: "network",
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "Lists all available networks.",
+        params: &[
+            p!("id", "uuid", false, "list networks by ID"),
+            p!("zoneid", "uuid", false, "the zone ID of the network"),
+            p!("projectid", "uuid", false, "list objects by project"),
+            p!("name", "string", false, "list networks by name"),
+            p!("type", "string", false, "the type of the network. Supported values are: isolated, l2, shared and all"),
+            p!("issystem", "boolean", false, "true if network is system, false otherwise"),
+            p!("listall", "boolean", false, "If set to false, list only resources belonging to the command's caller"),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_networks,
+    },
+    CommandSpec {
+        name: "listAffinityGroups",
+        response: "listaffinitygroupsresponse",
+        item_key: "affinitygroup",
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "Lists affinity groups",
+        params: &[
+            p!("id", "uuid", false, "list the affinity group by the ID provided"),
+            p!("name", "string", false, "lists affinity groups by name"),
+            p!("type", "string", false, "lists affinity groups by type"),
+            p!("virtualmachineid", "uuid", false, "lists affinity groups by virtual machine ID"),
+            p!("projectid", "uuid", false, "list objects by project"),
+            p!("listall", "boolean", false, "If set to false, list only resources belonging to the command's caller"),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_affinity_groups,
+    },
+    CommandSpec {
+        name: "createAffinityGroup",
+        response: "createaffinitygroupresponse",
+        item_key: "affinitygroup",
+        authorized: ALL_TYPES,
+        is_list: false,
+        is_async: true,
+        since: "",
+        description: "Creates an affinity/anti-affinity group",
+        params: &[
+            p!("name", "string", true, "name of the affinity group"),
+            p!("type", "string", true, "Type of the affinity group from the available affinity/anti-affinity group types"),
+            p!("description", "string", false, "optional description of the affinity group"),
+            p!("projectid", "uuid", false, "create affinity group for project"),
+            p!("account", "string", false, "an account for the affinity group. Must be used with domainId."),
+            p!("domainid", "uuid", false, "domainId of the account owning the affinity group"),
+        ],
+        handler: provisioning::create_affinity_group,
+    },
+    CommandSpec {
+        name: "deleteAffinityGroup",
+        response: "deleteaffinitygroupresponse",
+        item_key: "affinitygroup",
+        authorized: ALL_TYPES,
+        is_list: false,
+        is_async: true,
+        since: "",
+        description: "Deletes affinity group",
+        params: &[
+            p!("id", "uuid", false, "The ID of the affinity group. Mutually exclusive with name parameter"),
+            p!("name", "string", false, "The name of the affinity group. Mutually exclusive with ID parameter"),
+            p!("projectid", "uuid", false, "the ID of the project of the affinity group"),
+        ],
+        handler: provisioning::delete_affinity_group,
+    },
+    CommandSpec {
+        name: "listServiceOfferings",
+        response: "listserviceofferingsresponse",
+        item_key: "serviceoffering",
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "Lists all available service offerings.",
+        params: &[
+            p!("id", "uuid", false, "ID of the service offering"),
+            p!("name", "string", false, "name of the service offering"),
+            p!("zoneid", "uuid", false, "id of zone disk offering is associated with"),
+            p!("issystem", "boolean", false, "is this a system vm offering"),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_service_offerings,
+    },
+    CommandSpec {
+        name: "listTemplates",
+        response: "listtemplatesresponse",
+        item_key: "template",
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "List all public, private, and privileged templates.",
+        params: &[
+            p!("templatefilter", "string", true, "possible values are \"featured\", \"self\", \"selfexecutable\",\"sharedexecutable\",\"executable\", and \"community\"."),
+            p!("id", "uuid", false, "the template ID"),
+            p!("name", "string", false, "the template name"),
+            p!("zoneid", "uuid", false, "list templates by zoneId"),
+            p!("projectid", "uuid", false, "list objects by project"),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_templates,
+    },
+    CommandSpec {
+        name: "listDiskOfferings",
+        response: "listdiskofferingsresponse",
+        item_key: "diskoffering",
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "Lists all available disk offerings.",
+        params: &[
+            p!("id", "uuid", false, "ID of the disk offering"),
+            p!("name", "string", false, "name of the disk offering"),
+            p!("zoneid", "uuid", false, "id of zone disk offering is associated with"),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_disk_offerings,
+    },
+    CommandSpec {
+        name: "listPublicIpAddresses",
+        response: "listpublicipaddressesresponse",
+        item_key: "publicipaddress",
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "Lists all public IP addresses",
+        params: &[
+            p!("networkid", "uuid", false, "lists all public IP addresses by source network ID"),
+            p!("associatednetworkid", "uuid", false, "lists all public IP addresses associated to the network specified"),
+            p!("allocatedonly", "boolean", false, "limits search results to allocated public IP addresses"),
+            p!("forvirtualnetwork", "boolean", false, "the virtual network for the IP address"),
+            p!("ipaddress", "string", false, "lists the specified IP address"),
+            p!("id", "uuid", false, "lists IP address by ID"),
+            p!("state", "string", false, "lists all public IP addresses by state"),
+            p!("zoneid", "uuid", false, "lists all public IP addresses by zone ID"),
+            p!("listall", "boolean", false, "If set to false, list only resources belonging to the command's caller"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_public_ip_addresses,
+    },
+    CommandSpec {
+        name: "deployVirtualMachine",
+        response: "deployvirtualmachineresponse",
+        item_key: "virtualmachine",
+        authorized: ALL_TYPES,
+        is_list: false,
+        is_async: true,
+        since: "",
+        description: "Creates and automatically starts a virtual machine based on a service offering, disk offering, and template.",
+        params: &[
+            p!("serviceofferingid", "uuid", true, "the ID of the service offering for the virtual machine"),
+            p!("templateid", "uuid", true, "the ID of the template for the virtual machine"),
+            p!("zoneid", "uuid", true, "availability zone for the virtual machine"),
+            p!("networkids", "list", false, "list of network ids used by virtual machine. Can't be specified with ipToNetworkList parameter"),
+            p!("iptonetworklist", "map", false, "ip to network mapping. Can't be specified with networkIds parameter. Example: iptonetworklist[0].ip=10.10.10.11&iptonetworklist[0].networkid=uuid"),
+            p!("name", "string", false, "host name for the virtual machine"),
+            p!("displayname", "string", false, "an optional user generated name for the virtual machine"),
+            p!("userdata", "string", false, "an optional binary data that can be sent to the virtual machine upon a successful deployment. This binary data must be base64 encoded before adding it to the request."),
+            p!("keypair", "string", false, "name of the ssh key pair used to login to the virtual machine"),
+            p!("affinitygroupids", "list", false, "comma separated list of affinity groups id that are going to be applied to the virtual machine."),
+            p!("details", "map", false, "used to specify the custom parameters."),
+            p!("projectid", "uuid", false, "Deploy vm for the project"),
+            p!("diskofferingid", "uuid", false, "the ID of the disk offering for the virtual machine."),
+            p!("size", "long", false, "the arbitrary size for the DATADISK volume. Mutually exclusive with diskOfferingId"),
+            p!("startvm", "boolean", false, "true if start vm after creating; defaulted to true if not specified"),
+            p!("account", "string", false, "an optional account for the virtual machine. Must be used with domainId."),
+            p!("domainid", "uuid", false, "an optional domainId for the virtual machine."),
+        ],
+        handler: provisioning::deploy_virtual_machine,
+    },
+    CommandSpec {
+        name: "destroyVirtualMachine",
+        response: "destroyvirtualmachineresponse",
+        item_key: "virtualmachine",
+        authorized: ALL_TYPES,
+        is_list: false,
+        is_async: true,
+        since: "",
+        description: "Destroys a virtual machine.",
+        params: &[
+            p!("id", "uuid", true, "The ID of the virtual machine"),
+            p!("expunge", "boolean", false, "If true is passed, the vm is expunged immediately. False by default."),
+            p!("volumeids", "list", false, "Comma separated list of UUIDs for volumes that will be deleted"),
+        ],
+        handler: provisioning::destroy_virtual_machine,
+    },
+    CommandSpec {
+        name: "listVolumes",
+        response: "listvolumesresponse",
+        item_key: "volume",
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "Lists all volumes.",
+        params: &[
+            p!("virtualmachineid", "uuid", false, "the ID of the virtual machine"),
+            p!("id", "uuid", false, "the ID of the disk volume"),
+            p!("type", "string", false, "the type of disk volume"),
+            p!("zoneid", "uuid", false, "the ID of the availability zone"),
+            p!("projectid", "uuid", false, "list objects by project"),
+            p!("listall", "boolean", false, "If set to false, list only resources belonging to the command's caller"),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: directory::list_volumes,
+    },
+    CommandSpec {
+        name: "queryAsyncJobResult",
+        response: "queryasyncjobresultresponse",
+        item_key: "asyncjobs",
+        authorized: ALL_TYPES,
+        is_list: false,
+        is_async: false,
+        since: "",
+        description: "Retrieves the current status of asynchronous job.",
+        params: &[p!("jobid", "uuid", true, "the ID of the asynchronous job")],
+        handler: provisioning::query_async_job_result,
     },
 ];
 
@@ -395,6 +742,23 @@ fn select_vms(call: &Call<'_>, usage_history: bool) -> Result<Vec<usize>, ApiErr
         },
         None => None,
     };
+    let template = match call.get_nonempty("templateid").filter(|_| !usage_history) {
+        Some(t) => Some(
+            w.template_index(t)
+                .filter(|i| w.templates[*i].id == t)
+                .ok_or_else(|| call.bad("templateid", t))?,
+        ),
+        None => None,
+    };
+    let network = match call.get_nonempty("networkid").filter(|_| !usage_history) {
+        Some(n) => Some(
+            w.networks
+                .iter()
+                .position(|x| x.id == n)
+                .ok_or_else(|| call.bad("networkid", n))?,
+        ),
+        None => None,
+    };
     let state = call.get_nonempty("state").filter(|_| !usage_history);
     let keyword = call.get_nonempty("keyword").map(str::to_lowercase);
     let name = call.get_nonempty("name");
@@ -445,6 +809,16 @@ fn select_vms(call: &Call<'_>, usage_history: bool) -> Result<Vec<usize>, ApiErr
         }
         if let Some(h) = host {
             if vm.host != h || !on_host(vm) {
+                return false;
+            }
+        }
+        if let Some(t) = template {
+            if vm.template != t {
+                return false;
+            }
+        }
+        if let Some(n) = network {
+            if vm.visible_nic().is_none_or(|nic| nic.network != n) {
                 return false;
             }
         }
@@ -626,22 +1000,51 @@ fn vm_json(w: &World, vm: &Vm, v: View) -> Value {
     m.insert("ostypeid".into(), json!(SIM_OS_ID));
     m.insert("osdisplayname".into(), json!("Ubuntu 22.04 LTS"));
     if v.details.tmpl {
-        m.insert("templateid".into(), json!(SIM_TEMPLATE_ID));
-        m.insert("templatename".into(), json!("capi-ubuntu-2204-kube"));
-        m.insert("templatedisplaytext".into(), json!("capi-ubuntu-2204-kube"));
+        if let Some(t) = w.templates.get(vm.template) {
+            m.insert("templateid".into(), json!(t.id));
+            m.insert("templatename".into(), json!(t.name));
+            m.insert("templatedisplaytext".into(), json!(t.display_text));
+        }
     }
     if v.details.servoff {
-        m.insert("serviceofferingid".into(), json!(SIM_OFFERING_ID));
-        m.insert("serviceofferingname".into(), json!("Medium Instance"));
+        if let Some(o) = w.service_offerings.get(vm.offering) {
+            m.insert("serviceofferingid".into(), json!(o.id));
+            m.insert("serviceofferingname".into(), json!(o.name));
+        }
         m.insert("cpunumber".into(), json!(vm.cpu_number));
         m.insert("cpuspeed".into(), json!(vm.cpu_speed));
         m.insert("memory".into(), json!(vm.memory_mb));
+    }
+    if let Some(d) = vm
+        .data_disk
+        .as_ref()
+        .and_then(|d| w.disk_offerings.get(d.offering))
+    {
+        m.insert("diskofferingid".into(), json!(d.id));
+        m.insert("diskofferingname".into(), json!(d.name));
+    }
+    if let Some(k) = &vm.keypair {
+        m.insert("keypairs".into(), json!(k));
+    }
+    if !vm.details.is_empty() {
+        let details: Map<String, Value> = vm
+            .details
+            .iter()
+            .map(|(k, val)| (k.clone(), json!(val)))
+            .collect();
+        m.insert("details".into(), Value::Object(details));
     }
     if v.details.secgrp {
         m.insert("securitygroup".into(), json!([]));
     }
     if v.details.affgrp {
-        m.insert("affinitygroup".into(), json!([]));
+        let groups: Vec<Value> = vm
+            .affinity_groups
+            .iter()
+            .filter_map(|g| w.affinity_groups.get(*g))
+            .map(|g| json!({"id": g.id, "name": g.name, "type": g.kind.as_str(), "description": g.description}))
+            .collect();
+        m.insert("affinitygroup".into(), Value::Array(groups));
     }
     let tags: Vec<Value> = vm
         .tags
@@ -691,9 +1094,18 @@ fn vm_json(w: &World, vm: &Vm, v: View) -> Value {
     Value::Object(m)
 }
 
-const SIM_OS_ID: &str = "5a0d7e3e-8b8c-4d0e-9a57-2f6a1c3b9e01";
-const SIM_TEMPLATE_ID: &str = "8f1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
-const SIM_OFFERING_ID: &str = "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b9a";
+pub(crate) const SIM_OS_ID: &str = "5a0d7e3e-8b8c-4d0e-9a57-2f6a1c3b9e01";
+
+/// A VM as `listVirtualMachines` shows it with every detail (job results, deploy answers).
+pub(crate) fn vm_response(w: &World, vm: &Vm, root: bool) -> Value {
+    let view = View {
+        root,
+        details: Details::ALL,
+        metrics: false,
+        stats_enabled: w.settings.stats_interval_seconds > 0,
+    };
+    vm_json(w, vm, view)
+}
 
 fn list_vms_common(call: &mut Call<'_>, metrics: bool) -> Result<Reply, ApiError> {
     let details = Details::parse(call.get("details"))?;
@@ -792,12 +1204,14 @@ fn list_usage_history(call: &mut Call<'_>) -> Result<Reply, ApiError> {
 
 // ---- listNics --------------------------------------------------------------------------
 
-fn not_simulated(call: &mut Call<'_>) -> Result<Reply, ApiError> {
-    let _ = call;
-    Err(ApiError::server(
-        530,
-        "this command is not simulated by cloudstack-sim yet",
-    ))
+/// Whether an account may see and act on a VM: admins any VM, users their own and their
+/// projects' VMs.
+pub(crate) fn vm_visible_to(w: &World, caller: usize, vm: &Vm) -> bool {
+    w.accounts[caller].kind != AccountType::User
+        || match vm.project {
+            Some(p) => w.projects[p].members.contains(&caller),
+            None => vm.account == caller,
+        }
 }
 
 fn list_nics(call: &mut Call<'_>) -> Result<Reply, ApiError> {
@@ -808,13 +1222,7 @@ fn list_nics(call: &mut Call<'_>) -> Result<Reply, ApiError> {
         .ok_or_else(|| call.bad("virtualmachineid", vmid))?;
     let vm = &w.vms()[idx];
     let caller = &w.accounts[call.caller];
-    let visible = !vm.removed
-        && (caller.kind != AccountType::User
-            || match vm.project {
-                Some(p) => w.projects[p].members.contains(&call.caller),
-                None => vm.account == call.caller,
-            });
-    if !visible {
+    if vm.removed || !vm_visible_to(w, call.caller, vm) {
         return Err(ApiError {
             code: 531,
             cs: Some(4365),
@@ -863,7 +1271,12 @@ fn list_capabilities(call: &mut Call<'_>) -> Result<Reply, ApiError> {
         "allowuserviewdestroyedvm".into(),
         json!(s.allow_user_view_destroyed_vm),
     );
-    m.insert("allowuserexpungerecovervm".into(), json!(false));
+    // CloudStack reports the setting, or true for admins (who may always expunge).
+    let caller_admin = call.caller_account().kind != AccountType::User;
+    m.insert(
+        "allowuserexpungerecovervm".into(),
+        json!(s.allow_user_expunge_recover_vm || caller_admin),
+    );
     m.insert("allowuserexpungerecovervolume".into(), json!(false));
     m.insert("allowuserviewalldomainaccounts".into(), json!(false));
     m.insert("kubernetesserviceenabled".into(), json!(false));

@@ -34,16 +34,24 @@
 //! of it, applied lazily before each request.
 //!
 //! # Modules
-//! - [`world`]: the model (accounts, zones, networks, hosts, projects, VMs) and its evolution.
+//! - [`world`]: the model (accounts, zones, networks, hosts, projects, VMs, affinity groups,
+//!   async jobs) and its evolution.
+//! - [`catalog`]: service offerings, templates, disk offerings, affinity groups, jobs.
 //! - [`traffic`]: closed-form hypervisor counters per guest behaviour.
 //! - [`api`]: request collection, verification, role/throttle/page rules, envelopes.
-//! - [`commands`]: the command table and handlers.
+//! - [`commands`]: the command table and the VM list, NIC and discovery handlers.
+//! - [`directory`]: users, keys, domain, accounts, projects, zones, networks, offerings,
+//!   templates, public addresses, volumes (what a cluster provider looks up).
+//! - [`provisioning`]: deploy/destroy VMs, affinity groups, `queryAsyncJobResult`.
 //! - [`scenario`]: scenario file parsing with path-precise errors.
 //! - [`server`]: the HTTP server, admin API and API-level fault injection.
 
 pub mod api;
+pub mod catalog;
 pub mod clock;
 pub mod commands;
+pub mod directory;
+pub mod provisioning;
 pub mod scenario;
 pub mod server;
 pub mod traffic;

@@ -189,6 +189,7 @@ fn settings(v: &Value, path: &str) -> R<Settings> {
         "slow_boot_seconds",
         "cloudstack_version",
         "allow_user_view_destroyed_vm",
+        "allow_user_expunge_recover_vm",
         "throttle",
         "default_account",
     ])?;
@@ -222,6 +223,9 @@ fn settings(v: &Value, path: &str) -> R<Settings> {
     }
     if let Some(x) = o.bool("allow_user_view_destroyed_vm")? {
         s.allow_user_view_destroyed_vm = x;
+    }
+    if let Some(x) = o.bool("allow_user_expunge_recover_vm")? {
+        s.allow_user_expunge_recover_vm = x;
     }
     if let Some(t) = o.value("throttle") {
         s.throttle = Some(throttle(t, &o.at("throttle"))?);
@@ -298,6 +302,8 @@ pub fn vm_spec(v: &Value, path: &str, allow_count: bool) -> R<(VmSpec, usize)> {
         "host",
         "tags",
         "haenable",
+        "service_offering",
+        "template",
     ];
     if allow_count {
         fields.push("count");
@@ -330,6 +336,8 @@ pub fn vm_spec(v: &Value, path: &str, allow_count: bool) -> R<(VmSpec, usize)> {
     spec.zone = o.str("zone")?.map(str::to_string);
     spec.network = o.str("network")?.map(str::to_string);
     spec.host = o.str("host")?.map(str::to_string);
+    spec.offering = o.str("service_offering")?.map(str::to_string);
+    spec.template = o.str("template")?.map(str::to_string);
     spec.haenable = o.bool("haenable")?.unwrap_or(false);
     if let Some(t) = o.value("tags") {
         let to = Obj::new(t, &o.at("tags"))?;
@@ -355,6 +363,95 @@ pub fn vm_spec(v: &Value, path: &str, allow_count: bool) -> R<(VmSpec, usize)> {
         return err(o.at("id"), "a fixed id cannot be combined with count > 1");
     }
     Ok((spec, count))
+}
+
+/// `zones` of a catalogue entry: zone names or ids, each checked.
+fn zone_list(w: &World, o: &Obj<'_>) -> R<Vec<String>> {
+    let mut out = Vec::new();
+    for (j, z) in o.arr("zones")?.iter().enumerate() {
+        let zp = format!("{}[{j}]", o.at("zones"));
+        match z {
+            Value::String(s) if w.zone_index(s).is_some() => out.push(s.clone()),
+            Value::String(s) => return err(zp, format!("unknown zone {s:?}")),
+            other => {
+                return err(
+                    zp,
+                    format!("expected a zone name or id, got {}", kind(other)),
+                )
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn positive_u32(o: &Obj<'_>, k: &str, default: u32) -> R<u32> {
+    match o.u64(k)? {
+        None => Ok(default),
+        Some(0) => err(o.at(k), "must be at least 1"),
+        Some(n) => u32::try_from(n).or_else(|_| err(o.at(k), "too large")),
+    }
+}
+
+/// `service_offerings`, `templates` and `disk_offerings`.
+fn catalogue(top: &Obj<'_>, w: &mut World) -> R<()> {
+    let elem_err = |path: String| {
+        move |e: super::world::WorldError| FieldError {
+            path: path.clone(),
+            message: e.to_string(),
+        }
+    };
+    for (i, so) in top.arr("service_offerings")?.iter().enumerate() {
+        let p = format!("$.service_offerings[{i}]");
+        let o = Obj::new(so, &p)?;
+        o.only(&[
+            "name",
+            "id",
+            "cpu_number",
+            "cpu_speed_mhz",
+            "memory_mb",
+            "zones",
+        ])?;
+        let zones = zone_list(w, &o)?;
+        let cpu = positive_u32(&o, "cpu_number", 1)?;
+        let speed = positive_u32(&o, "cpu_speed_mhz", 1000)?;
+        let memory = positive_u32(&o, "memory_mb", 1024)?;
+        let id = o.uuid("id")?;
+        w.add_service_offering(o.req_str("name")?, id, cpu, speed, memory, &zones)
+            .map_err(elem_err(p.clone()))?;
+    }
+    for (i, t) in top.arr("templates")?.iter().enumerate() {
+        let p = format!("$.templates[{i}]");
+        let o = Obj::new(t, &p)?;
+        o.only(&["name", "id", "zones"])?;
+        let zones = zone_list(w, &o)?;
+        let id = o.uuid("id")?;
+        w.add_template(o.req_str("name")?, id, &zones)
+            .map_err(elem_err(p.clone()))?;
+    }
+    for (i, d) in top.arr("disk_offerings")?.iter().enumerate() {
+        let p = format!("$.disk_offerings[{i}]");
+        let o = Obj::new(d, &p)?;
+        o.only(&["name", "id", "disk_size_gb", "customized", "zones"])?;
+        let zones = zone_list(w, &o)?;
+        let customized = o.bool("customized")?.unwrap_or(false);
+        let size = o.u64("disk_size_gb")?;
+        if !customized && size.is_none_or(|s| s == 0) {
+            return err(
+                o.at("disk_size_gb"),
+                "a disk offering needs disk_size_gb >= 1 or \"customized\": true",
+            );
+        }
+        let id = o.uuid("id")?;
+        w.add_disk_offering(
+            o.req_str("name")?,
+            id,
+            size.unwrap_or(0),
+            customized,
+            &zones,
+        )
+        .map_err(elem_err(p.clone()))?;
+    }
+    Ok(())
 }
 
 /// Builds a world from scenario JSON. `origin` names the file in errors; `start_ms` is the
@@ -404,6 +501,9 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
         "networks",
         "hosts",
         "projects",
+        "service_offerings",
+        "templates",
+        "disk_offerings",
         "vms",
         "faults",
     ])?;
@@ -561,7 +661,9 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
             .map_err(elem_err(p.clone()))?;
     }
 
-    // Defaults for what the scenario left out (network, host, root admin).
+    catalogue(&top, &mut w)?;
+
+    // Defaults for what the scenario left out (network, host, root admin, offerings…).
     w.populate_default(default_keys.0, default_keys.1);
 
     let mut seen_ids = HashSet::new();
@@ -593,6 +695,19 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
         if let Some(h) = &spec.host {
             if w.host_index(h).is_none() {
                 return err(o.at("host"), format!("unknown host {h:?}"));
+            }
+        }
+        if let Some(so) = &spec.offering {
+            if w.service_offering_index(so).is_none() {
+                return err(
+                    o.at("service_offering"),
+                    format!("unknown service offering {so:?}"),
+                );
+            }
+        }
+        if let Some(t) = &spec.template {
+            if w.template_index(t).is_none() {
+                return err(o.at("template"), format!("unknown template {t:?}"));
             }
         }
         let r = if count == 1 {

@@ -423,6 +423,17 @@ pub fn vm_admin_json(w: &World, vm: &Vm) -> Value {
         })),
         "history_samples": vm.history.len(),
         "tags": vm.tags.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+        "deployed": vm.deployed,
+        "service_offering": w.service_offerings.get(vm.offering).map(|o| o.name.clone()),
+        "template": w.templates.get(vm.template).map(|t| t.name.clone()),
+        "cpu_number": vm.cpu_number,
+        "memory_mb": vm.memory_mb,
+        "userdata_bytes": vm.userdata.as_ref().map(Vec::len),
+        "userdata_gzip": vm.userdata.as_ref().is_some_and(|u| u.starts_with(&[0x1f, 0x8b])),
+        "keypair": vm.keypair,
+        "affinity_groups": vm.affinity_groups.iter().filter_map(|g| w.affinity_groups.get(*g)).map(|g| g.name.clone()).collect::<Vec<_>>(),
+        "details": vm.details.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+        "data_disk_gb": vm.data_disk.as_ref().map(|d| d.size_gb),
     })
 }
 

@@ -7,10 +7,15 @@
 //! per VM and step (counters are closed-form, see [`super::traffic`]), independent of how
 //! far the clock jumped.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::net::Ipv4Addr;
 
+use super::catalog::{
+    AffinityGroup, AffinityType, AsyncJob, DiskOffering, JobCommand, JobStatus, ServiceOffering,
+    Template, DEFAULT_DISK_CUSTOM_ID, DEFAULT_DISK_SMALL_ID, DEFAULT_OFFERING_ID,
+    DEFAULT_OFFERING_NAME, DEFAULT_TEMPLATE_ID, DEFAULT_TEMPLATE_NAME,
+};
 use super::traffic::{self, Behaviour, RateParams};
 
 /// Simulated time: milliseconds since the Unix epoch.
@@ -240,8 +245,13 @@ pub struct Network {
     pub prefix: u8,
     pub gateway: Ipv4Addr,
     pub vlan: u32,
+    /// The address range NICs get addresses from (CloudStack's guest IP range).
+    first_host: u32,
     last_host: u32,
-    next: u32,
+    /// Addresses held by NICs of VMs that are not expunged.
+    used: HashSet<u32>,
+    /// Lowest address that may be free (allocation scans upwards from here).
+    hint: u32,
 }
 
 impl Network {
@@ -254,19 +264,62 @@ impl Network {
         Ipv4Addr::from(m)
     }
 
+    /// Whether `ip` is in the guest range (the gateway excluded).
+    pub fn in_range(&self, ip: u32) -> bool {
+        self.kind != NetworkType::L2
+            && (self.first_host..=self.last_host).contains(&ip)
+            && ip != u32::from(self.gateway)
+    }
+
+    /// Every address of the guest range, in order.
+    pub fn range(&self) -> impl Iterator<Item = u32> + '_ {
+        let gw = u32::from(self.gateway);
+        let end = if self.kind == NetworkType::L2 {
+            self.first_host.saturating_sub(1)
+        } else {
+            self.last_host
+        };
+        (self.first_host..=end).filter(move |ip| *ip != gw)
+    }
+
+    pub fn is_used(&self, ip: u32) -> bool {
+        self.used.contains(&ip)
+    }
+
+    /// How many addresses NICs hold.
+    pub fn used_count(&self) -> usize {
+        self.used.len()
+    }
+
+    /// The lowest free address.
     fn allocate(&mut self) -> Option<Ipv4Addr> {
         if self.kind == NetworkType::L2 {
             return None;
         }
-        let gw = u32::from(self.gateway);
-        while self.next <= self.last_host {
-            let ip = self.next;
-            self.next += 1;
-            if ip != gw {
+        let mut ip = self.hint.max(self.first_host);
+        while ip <= self.last_host {
+            if self.in_range(ip) && !self.used.contains(&ip) {
+                self.used.insert(ip);
+                self.hint = ip + 1;
                 return Some(Ipv4Addr::from(ip));
             }
+            ip += 1;
         }
         None
+    }
+
+    /// Takes a requested address; `false` when it is outside the range or held.
+    fn allocate_exact(&mut self, ip: Ipv4Addr) -> bool {
+        let v = u32::from(ip);
+        self.in_range(v) && self.used.insert(v)
+    }
+
+    /// Returns an address to the pool (its VM was expunged).
+    fn release(&mut self, ip: Ipv4Addr) {
+        let v = u32::from(ip);
+        if self.used.remove(&v) {
+            self.hint = self.hint.min(v);
+        }
     }
 }
 
@@ -547,6 +600,29 @@ pub struct Vm {
     pub cpu_number: u32,
     pub cpu_speed: u32,
     pub memory_mb: u32,
+    /// Service offering and template (indices) the VM was created from.
+    pub offering: usize,
+    pub template: usize,
+    pub root_volume_id: String,
+    pub data_disk: Option<DataDisk>,
+    /// User data as deployVirtualMachine received it, base64-decoded (CAPC sends gzip).
+    pub userdata: Option<Vec<u8>>,
+    pub keypair: Option<String>,
+    /// Affinity groups (indices).
+    pub affinity_groups: Vec<usize>,
+    /// `details[i].key=value` of the deploy call.
+    pub details: Vec<(String, String)>,
+    /// Created through deployVirtualMachine (not by the scenario or the admin API).
+    pub deployed: bool,
+}
+
+/// A VM's data disk (`listVolumes type=DATADISK`).
+#[derive(Debug, Clone)]
+pub struct DataDisk {
+    pub id: String,
+    /// Disk offering (index).
+    pub offering: usize,
+    pub size_gb: u64,
 }
 
 /// Timing and stats parameters the VMs evolve with.
@@ -580,6 +656,13 @@ impl Vm {
         } else {
             self.nic.as_ref()
         }
+    }
+
+    /// The network (index) and address the VM's NIC holds, faults aside.
+    pub fn nic_assignment(&self) -> Option<(usize, Ipv4Addr)> {
+        self.nic
+            .as_ref()
+            .and_then(|n| n.ip.map(|ip| (n.network, ip)))
     }
 
     /// The NIC's address as the API shows it.
@@ -751,6 +834,8 @@ pub struct Settings {
     pub cloudstack_version: String,
     /// `allow.user.view.destroyed.vm`.
     pub allow_user_view_destroyed_vm: bool,
+    /// `allow.user.expunge.recover.vm` (admins may always expunge).
+    pub allow_user_expunge_recover_vm: bool,
     /// Global API throttling (`None` = `api.throttling.enabled=false`).
     pub throttle: Option<Throttle>,
     /// Account VMs go to when a request names none (default: the first account).
@@ -769,6 +854,7 @@ impl Default for Settings {
             slow_boot_seconds: 1200,
             cloudstack_version: "4.19.1.0".to_string(),
             allow_user_view_destroyed_vm: false,
+            allow_user_expunge_recover_vm: false,
             throttle: None,
             default_account: None,
         }
@@ -806,6 +892,20 @@ pub struct VmSpec {
     pub boot_seconds: Option<f64>,
     pub tags: Vec<(String, String)>,
     pub haenable: bool,
+    /// Service offering name or id; the first offering when absent.
+    pub offering: Option<String>,
+    /// Template name or id; the first template when absent.
+    pub template: Option<String>,
+    /// A requested NIC address; the lowest free one when absent.
+    pub ip: Option<Ipv4Addr>,
+    /// Data disk: disk offering (index) and size in GB.
+    pub data_disk: Option<(usize, u64)>,
+    pub userdata: Option<Vec<u8>>,
+    pub keypair: Option<String>,
+    pub affinity_groups: Vec<usize>,
+    pub details: Vec<(String, String)>,
+    /// Set by deployVirtualMachine.
+    pub deployed: bool,
 }
 
 impl VmSpec {
@@ -825,6 +925,15 @@ impl VmSpec {
             boot_seconds: None,
             tags: Vec::new(),
             haenable: false,
+            offering: None,
+            template: None,
+            ip: None,
+            data_disk: None,
+            userdata: None,
+            keypair: None,
+            affinity_groups: Vec::new(),
+            details: Vec::new(),
+            deployed: false,
         }
     }
 }
@@ -853,6 +962,14 @@ pub struct World {
     pub networks: Vec<Network>,
     pub hosts: Vec<Host>,
     pub projects: Vec<Project>,
+    pub service_offerings: Vec<ServiceOffering>,
+    pub templates: Vec<Template>,
+    pub disk_offerings: Vec<DiskOffering>,
+    pub affinity_groups: Vec<AffinityGroup>,
+    jobs: Vec<AsyncJob>,
+    job_by_id: HashMap<String, usize>,
+    /// Jobs (indices) that wait for a VM to finish starting.
+    pending_jobs: Vec<usize>,
     vms: Vec<Vm>,
     by_id: HashMap<String, usize>,
     by_name: HashMap<String, usize>,
@@ -874,6 +991,13 @@ impl World {
             networks: Vec::new(),
             hosts: Vec::new(),
             projects: Vec::new(),
+            service_offerings: Vec::new(),
+            templates: Vec::new(),
+            disk_offerings: Vec::new(),
+            affinity_groups: Vec::new(),
+            jobs: Vec::new(),
+            job_by_id: HashMap::new(),
+            pending_jobs: Vec::new(),
             vms: Vec::new(),
             by_id: HashMap::new(),
             by_name: HashMap::new(),
@@ -922,6 +1046,23 @@ impl World {
                 None,
                 None,
             );
+        }
+        if self.service_offerings.is_empty() {
+            let _ = self.add_service_offering(
+                DEFAULT_OFFERING_NAME,
+                Some(DEFAULT_OFFERING_ID),
+                2,
+                1000,
+                2048,
+                &[],
+            );
+        }
+        if self.templates.is_empty() {
+            let _ = self.add_template(DEFAULT_TEMPLATE_NAME, Some(DEFAULT_TEMPLATE_ID), &[]);
+        }
+        if self.disk_offerings.is_empty() {
+            let _ = self.add_disk_offering("Small", Some(DEFAULT_DISK_SMALL_ID), 5, false, &[]);
+            let _ = self.add_disk_offering("Custom", Some(DEFAULT_DISK_CUSTOM_ID), 0, true, &[]);
         }
     }
 
@@ -1052,8 +1193,10 @@ impl World {
             prefix,
             gateway,
             vlan,
+            first_host: base + 10.min(broadcast - base - 1),
             last_host: broadcast - 1,
-            next: base + 10.min(broadcast - base - 1),
+            used: HashSet::new(),
+            hint: 0,
         });
         Ok(self.networks.len() - 1)
     }
@@ -1288,13 +1431,26 @@ impl World {
         if !(boot_s.is_finite() && boot_s >= 0.0) {
             return Err(WorldError::Invalid(format!("bad boot_seconds {boot_s}")));
         }
-        let ip = self.networks[network].allocate();
+        let offering = self.offering_for(spec.offering.as_deref(), zone)?;
+        let template = self.template_for(spec.template.as_deref(), zone)?;
+        let ip = match spec.ip {
+            Some(want) if self.networks[network].allocate_exact(want) => Some(want),
+            Some(want) => {
+                return Err(WorldError::Conflict(format!(
+                    "address {want} is not available in network {:?}",
+                    self.networks[network].name
+                )))
+            }
+            None => self.networks[network].allocate(),
+        };
         if ip.is_none() && self.networks[network].kind != NetworkType::L2 {
             return Err(WorldError::Conflict(format!(
                 "network {:?} has no free address",
                 self.networks[network].name
             )));
         }
+        let size = &self.service_offerings[offering];
+        let (cpu_number, cpu_speed, memory_mb) = (size.cpu_number, size.cpu_speed, size.memory_mb);
         let now = self.now_ms;
         let c = self.ctx();
         let mac_n = seq & 0xffff_ffff;
@@ -1340,9 +1496,22 @@ impl World {
             removed: false,
             tags: spec.tags.clone(),
             haenable: spec.haenable,
-            cpu_number: 2,
-            cpu_speed: 1000,
-            memory_mb: 2048,
+            cpu_number,
+            cpu_speed,
+            memory_mb,
+            offering,
+            template,
+            root_volume_id: new_uuid(),
+            data_disk: spec.data_disk.map(|(offering, size_gb)| DataDisk {
+                id: new_uuid(),
+                offering,
+                size_gb,
+            }),
+            userdata: spec.userdata.clone(),
+            keypair: spec.keypair.clone(),
+            affinity_groups: spec.affinity_groups.clone(),
+            details: spec.details.clone(),
+            deployed: spec.deployed,
         };
         vm.beh = vm.behaviour();
         match spec.state {
@@ -1399,6 +1568,293 @@ impl World {
         &self.scheduled[self.next_scheduled..]
     }
 
+    /// Destroys a VM now: `Destroyed` (expunged after the expunge delay) or, with
+    /// `expunge`, straight to `Expunging`. Already destroyed VMs only move on when
+    /// `expunge` asks for it; expunging or expunged VMs do not change.
+    pub fn destroy_vm_now(&mut self, idx: usize, expunge: bool) {
+        let t = self.now_ms;
+        let c = self.ctx();
+        let Some(vm) = self.vms.get_mut(idx) else {
+            return;
+        };
+        if vm.removed {
+            return;
+        }
+        match (vm.state, expunge) {
+            (VmState::Expunging, _) | (VmState::Destroyed, false) => {}
+            (_, true) => {
+                vm.stop_running(VmState::Expunging, t);
+                vm.transition_at = Some(t + c.expunge_ms);
+            }
+            (_, false) => {
+                vm.stop_running(VmState::Destroyed, t);
+                vm.transition_at = Some(t + c.expunge_delay_ms);
+            }
+        }
+    }
+
+    /// Deletes a VM's data disk (destroyed together with the VM).
+    pub fn drop_data_disk(&mut self, idx: usize) {
+        if let Some(vm) = self.vms.get_mut(idx) {
+            vm.data_disk = None;
+        }
+    }
+
+    // ---- catalogue ------------------------------------------------------------------
+
+    fn zone_refs(&self, refs: &[String]) -> Result<Vec<usize>, WorldError> {
+        refs.iter()
+            .map(|z| {
+                self.zone_index(z)
+                    .ok_or_else(|| WorldError::NotFound(format!("unknown zone {z:?}")))
+            })
+            .collect()
+    }
+
+    /// Adds a service offering; `zones` (names or ids) restrict it, empty = every zone.
+    pub fn add_service_offering(
+        &mut self,
+        name: &str,
+        id: Option<&str>,
+        cpu_number: u32,
+        cpu_speed: u32,
+        memory_mb: u32,
+        zones: &[String],
+    ) -> Result<usize, WorldError> {
+        if self.service_offerings.iter().any(|o| o.name == name) {
+            return Err(WorldError::Conflict(format!(
+                "duplicate service offering name {name:?}"
+            )));
+        }
+        if cpu_number == 0 || memory_mb == 0 {
+            return Err(WorldError::Invalid(format!(
+                "service offering {name:?} needs at least 1 cpu and 1 MiB of memory"
+            )));
+        }
+        let zones = self.zone_refs(zones)?;
+        let id = self.check_id(id, "service offering", |i| {
+            self.service_offerings.iter().any(|o| o.id == i)
+        })?;
+        self.service_offerings.push(ServiceOffering {
+            id,
+            name: name.to_string(),
+            display_text: name.to_string(),
+            cpu_number,
+            cpu_speed,
+            memory_mb,
+            zones,
+        });
+        Ok(self.service_offerings.len() - 1)
+    }
+
+    pub fn service_offering_index(&self, name_or_id: &str) -> Option<usize> {
+        self.service_offerings
+            .iter()
+            .position(|o| o.id == name_or_id || o.name == name_or_id)
+    }
+
+    /// Adds a ready template in `zones` (names or ids; empty = every zone).
+    pub fn add_template(
+        &mut self,
+        name: &str,
+        id: Option<&str>,
+        zones: &[String],
+    ) -> Result<usize, WorldError> {
+        if self.templates.iter().any(|t| t.name == name) {
+            return Err(WorldError::Conflict(format!(
+                "duplicate template name {name:?}"
+            )));
+        }
+        let mut zones = self.zone_refs(zones)?;
+        if zones.is_empty() {
+            zones = (0..self.zones.len()).collect();
+        }
+        let id = self.check_id(id, "template", |i| self.templates.iter().any(|t| t.id == i))?;
+        self.templates.push(Template {
+            id,
+            name: name.to_string(),
+            display_text: name.to_string(),
+            zones,
+            size_bytes: 8 * 1024 * 1024 * 1024,
+        });
+        Ok(self.templates.len() - 1)
+    }
+
+    pub fn template_index(&self, name_or_id: &str) -> Option<usize> {
+        self.templates
+            .iter()
+            .position(|t| t.id == name_or_id || t.name == name_or_id)
+    }
+
+    /// Adds a disk offering: a fixed size in GB, or `customized` (size given at deploy).
+    pub fn add_disk_offering(
+        &mut self,
+        name: &str,
+        id: Option<&str>,
+        disk_size_gb: u64,
+        customized: bool,
+        zones: &[String],
+    ) -> Result<usize, WorldError> {
+        if self.disk_offerings.iter().any(|d| d.name == name) {
+            return Err(WorldError::Conflict(format!(
+                "duplicate disk offering name {name:?}"
+            )));
+        }
+        if !customized && disk_size_gb == 0 {
+            return Err(WorldError::Invalid(format!(
+                "disk offering {name:?} needs a size or customized: true"
+            )));
+        }
+        let zones = self.zone_refs(zones)?;
+        let id = self.check_id(id, "disk offering", |i| {
+            self.disk_offerings.iter().any(|d| d.id == i)
+        })?;
+        self.disk_offerings.push(DiskOffering {
+            id,
+            name: name.to_string(),
+            display_text: name.to_string(),
+            disk_size_gb: if customized { 0 } else { disk_size_gb },
+            customized,
+            zones,
+        });
+        Ok(self.disk_offerings.len() - 1)
+    }
+
+    pub fn disk_offering_index(&self, name_or_id: &str) -> Option<usize> {
+        self.disk_offerings
+            .iter()
+            .position(|d| d.id == name_or_id || d.name == name_or_id)
+    }
+
+    /// The offering a VM gets: the named one (it must serve the zone) or the first that does.
+    fn offering_for(&self, r: Option<&str>, zone: usize) -> Result<usize, WorldError> {
+        let i = match r {
+            Some(r) => self
+                .service_offering_index(r)
+                .ok_or_else(|| WorldError::NotFound(format!("unknown service offering {r:?}")))?,
+            None => self
+                .service_offerings
+                .iter()
+                .position(|o| o.in_zone(zone))
+                .ok_or_else(|| WorldError::NotFound("no service offering for the zone".into()))?,
+        };
+        if !self.service_offerings[i].in_zone(zone) {
+            return Err(WorldError::Invalid(format!(
+                "service offering {:?} is not available in zone {:?}",
+                self.service_offerings[i].name, self.zones[zone].name
+            )));
+        }
+        Ok(i)
+    }
+
+    /// The template a VM gets: the named one (it must be in the zone) or the first that is.
+    fn template_for(&self, r: Option<&str>, zone: usize) -> Result<usize, WorldError> {
+        let i = match r {
+            Some(r) => self
+                .template_index(r)
+                .ok_or_else(|| WorldError::NotFound(format!("unknown template {r:?}")))?,
+            None => self
+                .templates
+                .iter()
+                .position(|t| t.zones.contains(&zone))
+                .ok_or_else(|| WorldError::NotFound("no template in the zone".into()))?,
+        };
+        if !self.templates[i].zones.contains(&zone) {
+            return Err(WorldError::Invalid(format!(
+                "template {:?} is not in zone {:?}",
+                self.templates[i].name, self.zones[zone].name
+            )));
+        }
+        Ok(i)
+    }
+
+    /// Creates an affinity group; names are unique per owner (account or project).
+    pub fn add_affinity_group(
+        &mut self,
+        name: &str,
+        kind: AffinityType,
+        description: &str,
+        account: usize,
+        project: Option<usize>,
+    ) -> Result<usize, WorldError> {
+        let taken = self.affinity_groups.iter().any(|g| {
+            !g.deleted
+                && g.name == name
+                && g.project == project
+                && (project.is_some() || g.account == account)
+        });
+        if taken {
+            return Err(WorldError::Conflict(format!(
+                "Unable to create affinity group, a group with name {name} already exists."
+            )));
+        }
+        self.affinity_groups.push(AffinityGroup {
+            id: new_uuid(),
+            name: name.to_string(),
+            kind,
+            description: description.to_string(),
+            account,
+            project,
+            deleted: false,
+        });
+        Ok(self.affinity_groups.len() - 1)
+    }
+
+    /// A live affinity group by id.
+    pub fn affinity_group_by_id(&self, id: &str) -> Option<usize> {
+        self.affinity_groups
+            .iter()
+            .position(|g| !g.deleted && g.id == id)
+    }
+
+    /// Live, non-expunged VMs (indices) that are members of an affinity group.
+    pub fn affinity_members(&self, group: usize) -> Vec<usize> {
+        (0..self.vms.len())
+            .filter(|i| {
+                let vm = &self.vms[*i];
+                !vm.removed && vm.affinity_groups.contains(&group)
+            })
+            .collect()
+    }
+
+    // ---- async jobs -----------------------------------------------------------------
+
+    /// Records a job submitted by `account` now; returns its index. Pending deploy jobs
+    /// finish when their VM stops starting.
+    pub fn add_job(
+        &mut self,
+        account: usize,
+        command: JobCommand,
+        instance_id: &str,
+        status: JobStatus,
+    ) -> usize {
+        let idx = self.jobs.len();
+        let id = new_uuid();
+        if status == JobStatus::Pending {
+            self.pending_jobs.push(idx);
+        }
+        self.job_by_id.insert(id.clone(), idx);
+        self.jobs.push(AsyncJob {
+            id,
+            account,
+            command,
+            created_ms: self.now_ms,
+            instance_id: instance_id.to_string(),
+            status,
+        });
+        // A VM that is already past starting (startvm=false, failed placement) settles now.
+        self.settle_jobs();
+        idx
+    }
+
+    pub fn job(&self, idx: usize) -> Option<&AsyncJob> {
+        self.jobs.get(idx)
+    }
+
+    pub fn job_index(&self, id: &str) -> Option<usize> {
+        self.job_by_id.get(id).copied()
+    }
+
     // ---- time -----------------------------------------------------------------------
 
     /// Advances the world to simulated time `t` (never backwards).
@@ -1421,15 +1877,43 @@ impl World {
         }
         let c = self.ctx();
         let hosts = &self.hosts;
+        let mut freed = Vec::new();
         for vm in self.vms.iter_mut() {
             let online = hosts
                 .get(vm.host)
                 .is_some_and(|h| h.control.collects_stats());
             if vm.advance(t, online, &c) {
                 self.by_name.remove(&vm.name);
+                freed.extend(vm.nic.as_ref().and_then(|n| n.ip.map(|ip| (n.network, ip))));
+            }
+        }
+        for (network, ip) in freed {
+            if let Some(n) = self.networks.get_mut(network) {
+                n.release(ip);
             }
         }
         self.now_ms = t;
+        self.settle_jobs();
+    }
+
+    /// Finishes the deploy jobs whose VM is no longer starting.
+    fn settle_jobs(&mut self) {
+        if self.pending_jobs.is_empty() {
+            return;
+        }
+        let mut still = Vec::new();
+        for j in std::mem::take(&mut self.pending_jobs) {
+            let outcome = match self.jobs[j].command {
+                JobCommand::DeployVm { vm } => self.vms.get(vm).and_then(deploy_outcome),
+                // Other jobs are finished when they are created.
+                _ => Some(JobStatus::Succeeded { at_ms: self.now_ms }),
+            };
+            match outcome {
+                Some(s) => self.jobs[j].status = s,
+                None => still.push(j),
+            }
+        }
+        self.pending_jobs = still;
     }
 
     /// Applies a fault at the current simulated time (call `advance_to` first).
@@ -1468,7 +1952,13 @@ impl World {
                 vm.removed = true;
                 vm.transition_at = None;
                 let name = vm.name.clone();
+                let freed = vm.nic.as_ref().and_then(|n| n.ip.map(|ip| (n.network, ip)));
                 self.by_name.remove(&name);
+                if let Some((network, ip)) = freed {
+                    if let Some(n) = self.networks.get_mut(network) {
+                        n.release(ip);
+                    }
+                }
             }
             Fault::HostOffline => {
                 vm.faults |= bit;
@@ -1525,6 +2015,35 @@ impl World {
             rs
         };
         self.now_ms >= ready_at
+    }
+}
+
+/// How a deploy job ends, judged from its VM: `None` while the VM is still starting.
+fn deploy_outcome(vm: &Vm) -> Option<JobStatus> {
+    let at_ms = vm.last_updated_ms;
+    match vm.state {
+        _ if vm.removed => Some(destroyed_before_start(vm, at_ms)),
+        VmState::Starting => None,
+        VmState::Running | VmState::Stopped => Some(JobStatus::Succeeded { at_ms }),
+        VmState::Error => Some(JobStatus::Failed {
+            at_ms,
+            code: 533,
+            cs: 4325,
+            text: format!(
+                "Unable to create a deployment for VM instance {{\"instanceName\":\"i-2-{}-VM\",\"uuid\":\"{}\"}}",
+                vm.seq, vm.id
+            ),
+        }),
+        VmState::Destroyed | VmState::Expunging => Some(destroyed_before_start(vm, at_ms)),
+    }
+}
+
+fn destroyed_before_start(vm: &Vm, at_ms: Ms) -> JobStatus {
+    JobStatus::Failed {
+        at_ms,
+        code: 530,
+        cs: 4250,
+        text: format!("VM {} was destroyed before its start completed", vm.name),
     }
 }
 
@@ -1647,6 +2166,39 @@ mod tests {
         w.clear_faults_now(i);
         w.advance_to(T0 + 3_600_000 + 5_000);
         assert_eq!(w.vm(i).unwrap().state, VmState::Running);
+    }
+
+    #[test]
+    fn expunged_addresses_are_reused_and_exact_requests_are_checked() {
+        let mut w = world();
+        w.settings.expunge_seconds = 1.0;
+        let a = w.add_vm(&VmSpec::new("a")).unwrap();
+        let first = w.vm(a).unwrap().visible_ip().unwrap();
+        let mut taken = VmSpec::new("b");
+        taken.ip = Some(first);
+        assert!(matches!(w.add_vm(&taken), Err(WorldError::Conflict(_))));
+        w.destroy_vm_now(a, true);
+        assert_eq!(w.vm(a).unwrap().state, VmState::Expunging);
+        w.advance_to(T0 + 2_000);
+        assert!(w.vm(a).unwrap().removed);
+        let b = w.add_vm(&taken).unwrap();
+        assert_eq!(w.vm(b).unwrap().visible_ip(), Some(first));
+        let c = w.add_vm(&VmSpec::new("c")).unwrap();
+        assert_ne!(w.vm(c).unwrap().visible_ip(), Some(first));
+    }
+
+    #[test]
+    fn destroy_without_expunge_waits_for_the_delay() {
+        let mut w = world();
+        w.settings.expunge_delay_seconds = 10.0;
+        let a = w.add_vm(&VmSpec::new("a")).unwrap();
+        w.destroy_vm_now(a, false);
+        assert_eq!(w.vm(a).unwrap().state, VmState::Destroyed);
+        // A second destroy without expunge changes nothing; with expunge it moves on.
+        w.destroy_vm_now(a, false);
+        assert_eq!(w.vm(a).unwrap().state, VmState::Destroyed);
+        w.destroy_vm_now(a, true);
+        assert_eq!(w.vm(a).unwrap().state, VmState::Expunging);
     }
 
     #[test]

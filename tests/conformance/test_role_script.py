@@ -151,12 +151,13 @@ def test_a_key_with_the_role_lists_vms_and_nothing_else(seed_sim):
     assert "nic" in nics
     capi.call("listCapabilities")
     assert sorted(a["name"] for a in capi.call("listApis")["api"]) == sorted(role.ALLOWED)
-    # The simulator knows deployVirtualMachine (root admin gets past the role check to a 530),
-    # so the role's `*` deny rule is what refuses it for this key — with CloudStack's text.
+    # The simulator implements deployVirtualMachine (the root admin gets past the role check
+    # to parameter validation: a 431 for the bogus ids), so the role's `*` deny rule is what
+    # refuses it for this key — with CloudStack's text.
     admin = account(seed_sim, "admin")
     with pytest.raises(role.ApiError) as err:
         admin.call("deployVirtualMachine", serviceofferingid="x", templateid="y", zoneid="z")
-    assert err.value.status == 530, err.value
+    assert err.value.status == 431, err.value
     with pytest.raises(role.ApiError) as err:
         capi.call("deployVirtualMachine", serviceofferingid="x", templateid="y", zoneid="z")
     assert err.value.status == 401, err.value
