@@ -1,0 +1,204 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/v1beta1"
+	controlplanev1 "sigs.k8s.io/cluster-api/controlplane/kubeadm/api/v1beta1"
+)
+
+// Timeline is what happened in one scenario run, with times relative to its start.
+type Timeline struct {
+	Start time.Time
+	Label string
+	Out   io.Writer // when set, entries are printed as they happen
+
+	mu      sync.Mutex
+	entries []string
+}
+
+// Add records an entry now.
+func (t *Timeline) Add(msg string) {
+	line := fmt.Sprintf("%7.1fs  %s", time.Since(t.Start).Seconds(), msg)
+	t.mu.Lock()
+	t.entries = append(t.entries, line)
+	t.mu.Unlock()
+	if t.Out != nil {
+		if t.Label != "" {
+			fmt.Fprintf(t.Out, "[%s] %s\n", t.Label, line)
+		} else {
+			fmt.Fprintln(t.Out, line)
+		}
+	}
+}
+
+// Entries returns a copy of the entries.
+func (t *Timeline) Entries() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]string(nil), t.entries...)
+}
+
+// MachineRecord is what the recorder saw of one Machine.
+type MachineRecord struct {
+	Name         string
+	ControlPlane bool
+	Created      time.Time
+	NodeRef      time.Time
+	ShimFalse    time.Time
+	ShimReason   string
+	Annotated    time.Time
+	MHCUnhealthy time.Time
+	Deleting     time.Time
+	Gone         time.Time
+	lastShim     string
+}
+
+// Recorder watches one namespace's Machines and writes their transitions to the timeline.
+type Recorder struct {
+	c             client.Client
+	namespace     string
+	conditionType string
+	tl            *Timeline
+
+	mu       sync.Mutex
+	machines map[string]*MachineRecord
+	kcpInit  time.Time
+}
+
+// NewRecorder records the Machines of namespace; conditionType is the shim's condition.
+func NewRecorder(c client.Client, namespace, conditionType string, tl *Timeline) *Recorder {
+	return &Recorder{c: c, namespace: namespace, conditionType: conditionType, tl: tl, machines: map[string]*MachineRecord{}}
+}
+
+// Run records until ctx ends.
+func (r *Recorder) Run(ctx context.Context) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_ = r.step(ctx)
+	}
+}
+
+func (r *Recorder) step(ctx context.Context) error {
+	var list clusterv1.MachineList
+	if err := r.c.List(ctx, &list, client.InNamespace(r.namespace)); err != nil {
+		return err
+	}
+	now := time.Now()
+	seen := map[string]bool{}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range list.Items {
+		m := &list.Items[i]
+		seen[m.Name] = true
+		rec := r.machines[m.Name]
+		if rec == nil {
+			rec = &MachineRecord{Name: m.Name, ControlPlane: IsControlPlane(m), Created: now}
+			r.machines[m.Name] = rec
+			role := "worker"
+			if rec.ControlPlane {
+				role = "control-plane"
+			}
+			r.tl.Add(fmt.Sprintf("Machine %s created (%s)", m.Name, role))
+		}
+		if m.Status.NodeRef != nil && rec.NodeRef.IsZero() {
+			rec.NodeRef = now
+			r.tl.Add(fmt.Sprintf("Machine %s has its Node (nodeRef %s)", m.Name, m.Status.NodeRef.Name))
+		}
+		if c := shimCondition(m, r.conditionType); c != nil {
+			key := string(c.Status) + "/" + c.Reason
+			if key != rec.lastShim {
+				rec.lastShim = key
+				r.tl.Add(fmt.Sprintf("shim verdict on %s: %s/%s — %s", m.Name, c.Status, c.Reason, c.Message))
+				if c.Status == "False" && rec.ShimFalse.IsZero() {
+					rec.ShimFalse, rec.ShimReason = now, c.Reason
+				}
+			}
+		}
+		if _, ok := m.Annotations[clusterv1.RemediateMachineAnnotation]; ok && rec.Annotated.IsZero() {
+			rec.Annotated = now
+			r.tl.Add(fmt.Sprintf("annotation %s set on %s", clusterv1.RemediateMachineAnnotation, m.Name))
+		}
+		for _, c := range m.Status.Conditions {
+			if c.Type == clusterv1.MachineHealthCheckSucceededCondition && c.Status == corev1.ConditionFalse && rec.MHCUnhealthy.IsZero() {
+				rec.MHCUnhealthy = now
+				r.tl.Add(fmt.Sprintf("MachineHealthCheck marks %s unhealthy (%s: %s)", m.Name, c.Reason, c.Message))
+			}
+		}
+		if !m.DeletionTimestamp.IsZero() && rec.Deleting.IsZero() {
+			rec.Deleting = now
+			r.tl.Add(fmt.Sprintf("Machine %s is being deleted by its owner", m.Name))
+		}
+	}
+	for name, rec := range r.machines {
+		if !seen[name] && rec.Gone.IsZero() {
+			rec.Gone = now
+			r.tl.Add(fmt.Sprintf("Machine %s is gone", name))
+		}
+	}
+	if r.kcpInit.IsZero() {
+		var kcps controlplanev1.KubeadmControlPlaneList
+		if err := r.c.List(ctx, &kcps, client.InNamespace(r.namespace)); err == nil {
+			for _, k := range kcps.Items {
+				if k.Status.Initialized {
+					r.kcpInit = now
+					r.tl.Add(fmt.Sprintf("KubeadmControlPlane %s is initialized", k.Name))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Machines returns the records, oldest first.
+func (r *Recorder) Machines() []MachineRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]MachineRecord, 0, len(r.machines))
+	for _, m := range r.machines {
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out
+}
+
+// Machine returns one record.
+func (r *Recorder) Machine(name string) (MachineRecord, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m, ok := r.machines[name]
+	if !ok {
+		return MachineRecord{}, false
+	}
+	return *m, true
+}
+
+// shimCondition is the shim's entry in the metav1 condition list CAPI v1.9 serves
+// (status.v1beta2.conditions), nil when absent.
+func shimCondition(m *clusterv1.Machine, conditionType string) *shimCond {
+	if m.Status.V1Beta2 == nil {
+		return nil
+	}
+	for _, c := range m.Status.V1Beta2.Conditions {
+		if c.Type == conditionType {
+			return &shimCond{Status: string(c.Status), Reason: c.Reason, Message: c.Message}
+		}
+	}
+	return nil
+}
+
+type shimCond struct{ Status, Reason, Message string }

@@ -1,0 +1,359 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1b3 "sigs.k8s.io/cluster-api-provider-cloudstack/api/v1beta3"
+	clusterv1 "sigs.k8s.io/cluster-api/api/v1beta1"
+	controlplanev1 "sigs.k8s.io/cluster-api/controlplane/kubeadm/api/v1beta1"
+)
+
+// Mode says whether the shim runs next to CAPI in a scenario run.
+type Mode string
+
+const (
+	ModeShim     Mode = "shim"
+	ModeBaseline Mode = "baseline"
+)
+
+// MHC kinds a run can use.
+const (
+	// MHCRecommended is deploy/examples/mhc-annotate-mode.yaml: the timer is only a backstop (30 min).
+	MHCRecommended = "recommended"
+	// MHCDefault is stock CAPI: nodeStartupTimeout 10 min.
+	MHCDefault = "default"
+	// MHCNone is no MachineHealthCheck at all.
+	MHCNone = "none"
+)
+
+// Scenario is one seed scenario of the product brief (§8).
+type Scenario struct {
+	Key           string // report name, e.g. "1-worker-nic-down"
+	Title         string
+	ControlPlanes int32
+	Workers       int32
+	Faults        func() []*FaultRule
+	// During runs next to the cluster's creation (e.g. an API outage); nil = nothing.
+	During   func(ctx context.Context, r *RunContext) error
+	Deadline time.Duration
+}
+
+// RunContext is one scenario run in progress.
+type RunContext struct {
+	H         *Harness
+	Namespace string
+	Cluster   string
+	Mode      Mode
+	MHC       string
+	TL        *Timeline
+	Rec       *Recorder
+}
+
+// Row is one line of target/e2e/report.json.
+type Row struct {
+	Scenario              string   `json:"scenario"`
+	Mode                  Mode     `json:"mode"`
+	MHC                   string   `json:"mhc"`
+	Converged             bool     `json:"converged"`
+	SecondsToReady        *float64 `json:"seconds_to_ready"`
+	SecondsFaultToRecycle *float64 `json:"seconds_fault_to_recycle"`
+	TimeScale             float64  `json:"time_scale"`
+	RecycledMachines      int      `json:"recycled_machines"`
+	FalseRecycles         int      `json:"false_recycles"`
+	OrphanVMs             int      `json:"orphan_vms"`
+	LeftoverObjects       int      `json:"leftover_objects"`
+	Faults                []string `json:"faults"`
+	ShimVerdicts          []string `json:"shim_verdicts,omitempty"`
+	DeadlineSeconds       float64  `json:"deadline_seconds"`
+	Timeline              string   `json:"timeline"`
+	Notes                 []string `json:"notes,omitempty"`
+}
+
+func secs(d time.Duration) *float64 {
+	v := float64(d.Milliseconds()) / 1000
+	return &v
+}
+
+// ClusterReady reports whether the cluster is fully up: control plane initialized with every
+// replica ready, the MachineDeployment's replicas ready and up to date, and exactly the
+// desired Machines, none deleting, each with its Node.
+func ClusterReady(ctx context.Context, c client.Client, ns, cluster string, cps, workers int32) (bool, string) {
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster + "-control-plane"}, kcp); err != nil {
+		return false, err.Error()
+	}
+	if !kcp.Status.Initialized || kcp.Status.ReadyReplicas != cps || kcp.Status.Replicas != cps || kcp.Status.UnavailableReplicas != 0 {
+		return false, fmt.Sprintf("control plane: initialized=%v ready %d/%d", kcp.Status.Initialized, kcp.Status.ReadyReplicas, cps)
+	}
+	md := &clusterv1.MachineDeployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster + "-md-0"}, md); err != nil {
+		return false, err.Error()
+	}
+	if md.Status.ReadyReplicas != workers || md.Status.UpdatedReplicas != workers || md.Status.Replicas != workers {
+		return false, fmt.Sprintf("workers ready %d/%d", md.Status.ReadyReplicas, workers)
+	}
+	var ms clusterv1.MachineList
+	if err := c.List(ctx, &ms, client.InNamespace(ns)); err != nil {
+		return false, err.Error()
+	}
+	if int32(len(ms.Items)) != cps+workers {
+		return false, fmt.Sprintf("%d Machines, want %d", len(ms.Items), cps+workers)
+	}
+	for _, m := range ms.Items {
+		if !m.DeletionTimestamp.IsZero() || m.Status.NodeRef == nil || m.Status.Phase != string(clusterv1.MachinePhaseRunning) {
+			return false, fmt.Sprintf("Machine %s: phase %s", m.Name, m.Status.Phase)
+		}
+	}
+	return true, "ready"
+}
+
+// Run plays one scenario in one mode in its own namespace and returns its report row.
+// Errors are harness failures (not scenario outcomes: those are in the row).
+func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (Row, error) {
+	suffix := string(mode)
+	if mhc == MHCNone {
+		suffix = "nomhc"
+	}
+	short := strings.SplitN(sc.Key, "-", 2)[0]
+	ns := fmt.Sprintf("e2e-s%s-%s", short, suffix)
+	cluster := fmt.Sprintf("s%s%s", short, suffix[:1])
+	if mhc == MHCNone {
+		cluster = fmt.Sprintf("s%sn", short)
+	}
+	tl := &Timeline{Start: time.Now(), Label: fmt.Sprintf("%s/%s", sc.Key, suffix), Out: h.Out}
+	row := Row{Scenario: sc.Key, Mode: mode, MHC: mhc, TimeScale: TimeScale, DeadlineSeconds: sc.Deadline.Seconds()}
+	c := h.Mgmt.Client
+
+	if err := CreateAll(ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return row, err
+	}
+	h.watch(ns, true)
+	defer h.watch(ns, false)
+	host, port, err := h.Workloads.AddCluster(ctx, ns, cluster)
+	if err != nil {
+		return row, err
+	}
+	defer h.Workloads.RemoveCluster(ns, cluster)
+
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	rec := NewRecorder(c, ns, "CloudStackVMHealthy", tl)
+	go rec.Run(runCtx)
+	var rules []*FaultRule
+	if sc.Faults != nil {
+		rules = sc.Faults()
+	}
+	h.Player.Plan(ns, rules, tl)
+	rc := &RunContext{H: h, Namespace: ns, Cluster: cluster, Mode: mode, MHC: mhc, TL: tl, Rec: rec}
+
+	userObjs := ClusterObjects(ClusterSpec{Namespace: ns, Name: cluster, ControlPlanes: sc.ControlPlanes, Workers: sc.Workers, Host: host, Port: port, APIURL: h.Sim.APIURL()})
+	userObjs = append(userObjs, ShimCredentials(ns, h.Sim.APIURL()))
+	switch mhc {
+	case MHCRecommended:
+		userObjs = append(userObjs, MachineHealthCheck(ns, cluster, MHCSpec{NodeStartupTimeout: Scaled(30 * time.Minute), UnhealthyTimeout: Scaled(5 * time.Minute)}))
+	case MHCDefault:
+		userObjs = append(userObjs, MachineHealthCheck(ns, cluster, MHCSpec{NodeStartupTimeout: Scaled(10 * time.Minute), UnhealthyTimeout: Scaled(5 * time.Minute)}))
+	}
+
+	var shim *Shim
+	if mode == ModeShim {
+		shim, err = StartShim(ctx, h.Root, ShimConfig{
+			Namespace: ns, Kubeconfig: h.API.Kubeconfig, APIURL: h.Sim.APIURL(), Scale: TimeScale,
+			LogPath: filepath.Join(h.OutDir, "logs", "shim-"+ns+".log"),
+		})
+		if err != nil {
+			return row, err
+		}
+		defer func() {
+			if shim != nil {
+				_ = shim.Stop()
+			}
+		}()
+		tl.Add("capc-health-shim run started (" + shim.StatusURL + ")")
+	}
+	tl.Add(fmt.Sprintf("creating cluster %s/%s: %d control plane, %d workers, MHC %s, shim %v", ns, cluster, sc.ControlPlanes, sc.Workers, mhc, mode == ModeShim))
+	if err := CreateAll(ctx, c, userObjs...); err != nil {
+		return row, err
+	}
+	start := time.Now()
+	duringErr := make(chan error, 1)
+	if sc.During != nil {
+		go func() { duringErr <- sc.During(runCtx, rc) }()
+	} else {
+		duringErr <- nil
+	}
+
+	// Converged: ready and nothing pending (a fault rule not yet applied keeps it open).
+	var readyAt time.Duration
+	var last string
+	_ = WaitFor(ctx, sc.Deadline, time.Second, "cluster ready", func() (bool, error) {
+		ok, why := ClusterReady(ctx, c, ns, cluster, sc.ControlPlanes, sc.Workers)
+		if why != last {
+			last = why
+		}
+		if ok && pendingRules(rules) == 0 {
+			readyAt = time.Since(start)
+			return true, nil
+		}
+		return false, nil
+	})
+	if readyAt > 0 {
+		row.Converged = true
+		row.SecondsToReady = secs(readyAt)
+		tl.Add(fmt.Sprintf("cluster %s is READY (%.1fs after creation)", cluster, readyAt.Seconds()))
+	} else {
+		tl.Add(fmt.Sprintf("cluster %s NOT ready after the %.0fs deadline (last: %s)", cluster, sc.Deadline.Seconds(), last))
+	}
+	stopDuring := time.After(30 * time.Second)
+	select {
+	case err := <-duringErr:
+		if err != nil {
+			row.Notes = append(row.Notes, "during: "+err.Error())
+		}
+	case <-stopDuring:
+		row.Notes = append(row.Notes, "during: still running at the end")
+	}
+	if shim != nil {
+		row.ShimVerdicts = shimSummary(rec)
+	}
+	orphansLive, err := h.orphanVMs(ctx, cluster, true)
+	if err != nil {
+		return row, err
+	}
+
+	// Score before teardown: what was recycled, and was it broken?
+	teardown := time.Now()
+	faulty := map[string]Injection{}
+	for _, inj := range h.Player.Injections(ns) {
+		row.Faults = append(row.Faults, fmt.Sprintf("%s on %s", inj.Fault, inj.Machine))
+		if !benignFault(inj.Fault) {
+			faulty[inj.Machine] = inj
+		}
+	}
+	var firstRecycle *float64
+	for _, m := range rec.Machines() {
+		if m.Deleting.IsZero() || m.Deleting.After(teardown) {
+			continue
+		}
+		row.RecycledMachines++
+		inj, broken := faulty[m.Name]
+		if !broken {
+			row.FalseRecycles++
+			row.Notes = append(row.Notes, "false recycle: "+m.Name)
+			continue
+		}
+		if d := m.Deleting.Sub(inj.At); firstRecycle == nil || d.Seconds() < *firstRecycle {
+			firstRecycle = secs(d)
+		}
+	}
+	row.SecondsFaultToRecycle = firstRecycle
+	if shim != nil {
+		if err := shim.Stop(); err != nil {
+			row.Notes = append(row.Notes, fmt.Sprintf("shim exit: %v", err))
+		}
+		shim = nil
+	}
+
+	// Teardown as a user would: delete the Cluster, wait, then the objects they applied.
+	tl.Add("deleting cluster " + cluster)
+	if err := c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cluster}}); err != nil && !apierrors.IsNotFound(err) {
+		return row, err
+	}
+	gone := WaitFor(ctx, 3*time.Minute, time.Second, "cluster deleted", func() (bool, error) {
+		err := h.Mgmt.Direct.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster}, &clusterv1.Cluster{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if gone != nil {
+		row.Notes = append(row.Notes, gone.Error())
+	}
+	userSecrets := map[string]bool{CredentialsSecret: true, ShimSecret: true}
+	var leftovers []string
+	_ = WaitFor(ctx, 30*time.Second, time.Second, "garbage collected", func() (bool, error) {
+		l, err := Leftovers(ctx, h.Mgmt.Direct, ns, userSecrets)
+		leftovers = l
+		return err == nil && len(l) == 0, err
+	})
+	row.LeftoverObjects = len(leftovers)
+	for _, l := range leftovers {
+		row.Notes = append(row.Notes, "leftover: "+l)
+	}
+	for _, o := range userObjs {
+		if _, isCluster := o.(*clusterv1.Cluster); isCluster {
+			continue
+		}
+		_ = c.Delete(ctx, o)
+	}
+	var orphansAfter int
+	_ = WaitFor(ctx, 20*time.Second, time.Second, "VMs gone", func() (bool, error) {
+		n, err := h.orphanVMs(ctx, cluster, false)
+		orphansAfter = n
+		return err == nil && n == 0, err
+	})
+	row.OrphanVMs = orphansLive + orphansAfter
+	tl.Add(fmt.Sprintf("cluster deleted: %d leftover objects, %d orphan VMs", row.LeftoverObjects, row.OrphanVMs))
+	row.Timeline = filepath.Join(h.OutDir, "timelines", ns+".txt")
+	if err := os.MkdirAll(filepath.Dir(row.Timeline), 0o755); err == nil {
+		_ = os.WriteFile(row.Timeline, []byte(strings.Join(tl.Entries(), "\n")+"\n"), 0o644)
+	}
+	return row, nil
+}
+
+// benignFault marks behaviours that are not failures (a slow but healthy boot).
+func benignFault(f string) bool { return f == "slow-boot" }
+
+func pendingRules(rules []*FaultRule) int {
+	n := 0
+	for _, r := range rules {
+		n += r.Count
+	}
+	return n
+}
+
+func shimSummary(rec *Recorder) []string {
+	var out []string
+	for _, m := range rec.Machines() {
+		if !m.ShimFalse.IsZero() {
+			out = append(out, fmt.Sprintf("%s: False/%s", m.Name, m.ShimReason))
+		}
+	}
+	return out
+}
+
+// orphanVMs counts the cluster's live VMs (named after its Machines) that no CloudStackMachine
+// points at; with live=false every live VM of the cluster counts (after deletion none may remain).
+func (h *Harness) orphanVMs(ctx context.Context, cluster string, live bool) (int, error) {
+	vms, err := h.Sim.VMs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var csms infrav1b3.CloudStackMachineList
+	if err := h.Mgmt.Direct.List(ctx, &csms); err != nil {
+		return 0, err
+	}
+	owned := map[string]bool{}
+	for _, c := range csms.Items {
+		if c.Spec.InstanceID != nil {
+			owned[*c.Spec.InstanceID] = true
+		}
+	}
+	n := 0
+	for _, v := range vms {
+		if v.Gone() || !strings.HasPrefix(v.Name, cluster+"-") {
+			continue
+		}
+		if !live || !owned[v.ID] {
+			n++
+		}
+	}
+	return n, nil
+}

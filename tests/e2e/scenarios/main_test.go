@@ -1,0 +1,107 @@
+// Package scenarios runs the seed scenarios end to end: real CAPI + CAPC controllers,
+// cloudstack-sim, simulated workload clusters, and capc-health-shim as its own process.
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/capc-health-shim/tests/e2e/harness"
+)
+
+var h *harness.Harness
+
+func TestMain(m *testing.M) {
+	ctx := context.Background()
+	var err error
+	h, err = harness.Start(ctx, os.Stdout)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e harness: %v\n", err)
+		if h != nil {
+			h.Stop()
+		}
+		os.Exit(1)
+	}
+	_ = os.RemoveAll(filepath.Join(h.OutDir, "rows"))
+	code := m.Run()
+	rows, err := harness.LoadRows(h.OutDir)
+	if err == nil && len(rows) > 0 {
+		err = harness.WriteReport(h.OutDir, rows)
+		fmt.Printf("e2e: report %s (%d runs)\n", filepath.Join(h.OutDir, "report.md"), len(rows))
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e report: %v\n", err)
+		code = 1
+	}
+	h.Stop()
+	os.Exit(code)
+}
+
+// run plays a scenario in the given runs concurrently (separate namespaces) and saves the rows.
+func run(t *testing.T, sc harness.Scenario, runs ...[2]string) map[string]harness.Row {
+	t.Helper()
+	type result struct {
+		key string
+		row harness.Row
+		err error
+	}
+	ch := make(chan result, len(runs))
+	ctx, cancel := context.WithTimeout(context.Background(), sc.Deadline+6*time.Minute)
+	defer cancel()
+	for _, r := range runs {
+		r := r
+		go func() {
+			row, err := h.Run(ctx, sc, harness.Mode(r[0]), r[1])
+			ch <- result{key: r[0] + "/" + r[1], row: row, err: err}
+		}()
+	}
+	out := map[string]harness.Row{}
+	for range runs {
+		res := <-ch
+		if res.err != nil {
+			t.Fatalf("%s %s: harness error: %v", sc.Key, res.key, res.err)
+		}
+		if err := harness.SaveRow(h.OutDir, res.row); err != nil {
+			t.Fatal(err)
+		}
+		out[res.key] = res.row
+		t.Logf("%s %s: converged=%v ready=%s fault→recycle=%s recycled=%d false=%d orphans=%d leftovers=%d notes=%v timeline=%s",
+			sc.Key, res.key, res.row.Converged, fmtp(res.row.SecondsToReady), fmtp(res.row.SecondsFaultToRecycle),
+			res.row.RecycledMachines, res.row.FalseRecycles, res.row.OrphanVMs, res.row.LeftoverObjects, res.row.Notes, res.row.Timeline)
+	}
+	return out
+}
+
+func fmtp(p *float64) string {
+	if p == nil {
+		return "—"
+	}
+	return fmt.Sprintf("%.1fs", *p)
+}
+
+const (
+	shimRun     = "shim/" + harness.MHCRecommended
+	baseRun     = "baseline/" + harness.MHCDefault
+	baseNoMHC   = "baseline/" + harness.MHCNone
+	shimMode    = string(harness.ModeShim)
+	baseMode    = string(harness.ModeBaseline)
+	recommended = harness.MHCRecommended
+)
+
+// clean asserts what every run must show: nothing orphaned, nothing left, nothing healthy recycled.
+func clean(t *testing.T, name string, r harness.Row) {
+	t.Helper()
+	if r.OrphanVMs != 0 {
+		t.Errorf("%s: %d orphan VMs", name, r.OrphanVMs)
+	}
+	if r.LeftoverObjects != 0 {
+		t.Errorf("%s: %d objects left after deleting the cluster: %v", name, r.LeftoverObjects, r.Notes)
+	}
+	if r.FalseRecycles != 0 {
+		t.Errorf("%s: %d healthy Machines recycled: %v", name, r.FalseRecycles, r.Notes)
+	}
+}
