@@ -6,7 +6,7 @@ GO     ?= go
 APISERVER_PROFILE ?= capi-1.9
 APISERVER_RUN := target/hack/apiserver-run
 
-.PHONY: all build demo test test-rust test-conformance bench timings lint fmt clean \
+.PHONY: all build demo demo-sim test test-rust test-conformance test-e2e e2e e2e-build bench timings lint fmt clean \
 	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image
 
 all: build
@@ -14,12 +14,36 @@ all: build
 build:
 	$(CARGO) build --bins
 
-## make demo: cloudstack-sim with the seed scenario + `capc-health-shim check` until the verdicts settle.
-demo: build
+## make demo: the whole stack locally (real kube-apiserver, real CAPI v1.9.6 + CAPC v0.6.1 controllers,
+## cloudstack-sim, simulated workload clusters, the shim as a process) playing seed scenarios 1 and 3;
+## prints the timeline and `capc-health-shim status`; exit 0 only if both clusters became ready.
+demo: build apiserver-runner
+	$(E2E_GO) run ./cmd/demo
+
+## make demo-sim: the quick look without Kubernetes: cloudstack-sim's seed scenario + `capc-health-shim check`.
+demo-sim: build
 	./target/debug/capc-health-shim demo
 
-## make test: every test — Rust unit/integration/property tests and the `cs` (PyPI) conformance test.
-test: test-rust test-conformance
+## make test: every test — Rust unit/integration/property tests, the `cs` (PyPI) conformance test, and
+## the end-to-end scenarios 1, 3 and 7 with their baselines (real CAPI + CAPC, see tests/e2e/README.md).
+test: test-rust test-conformance test-e2e
+
+## The e2e harness is a Go module of its own (tests/e2e); Go fetches its modules from the proxy.
+E2E_GO := cd tests/e2e && GOFLAGS=-mod=mod GOWORK=off $(GO)
+E2E_CI_SCENARIOS ?= TestManagement|TestScenario1|TestScenario3|TestScenario7
+
+## compile the e2e packages and test binaries once (cached by Go), so test time is test time
+e2e-build:
+	$(E2E_GO) build ./...
+	$(E2E_GO) test -count=1 -exec /bin/true ./... >/dev/null
+
+test-e2e: build apiserver-runner e2e-build
+	$(E2E_GO) test -count=1 -timeout 60m ./simapi/
+	$(E2E_GO) test -count=1 -timeout 60m -v -run '$(E2E_CI_SCENARIOS)' ./scenarios/
+
+## make e2e: every seed scenario with its baseline; writes target/e2e/report.json and report.md
+e2e: build apiserver-runner e2e-build
+	$(E2E_GO) test -count=1 -timeout 90m -v ./scenarios/
 
 ## The Rust tests run with a real API server (CAPI 1.9 CRDs); the controller and deploy/ tests run again
 ## against the CAPI 1.13 CRDs (v1beta2 storage, unhealthyMachineConditions).

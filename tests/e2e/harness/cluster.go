@@ -190,3 +190,40 @@ func CreateAll(ctx context.Context, c client.Client, objs ...client.Object) erro
 	}
 	return nil
 }
+
+// Upgrade is what a user does to roll a cluster to a new Kubernetes version: bump the KCP's
+// version and point the MachineDeployment at a new infrastructure template with the new version.
+func Upgrade(ctx context.Context, c client.Client, namespace, cluster, version string) error {
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: cluster + "-control-plane"}, kcp); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(kcp.DeepCopy())
+	kcp.Spec.Version = version
+	if err := c.Patch(ctx, kcp, patch); err != nil {
+		return fmt.Errorf("bump KCP version: %w", err)
+	}
+	mdName := cluster + "-md-0"
+	old := &infrav1b3.CloudStackMachineTemplate{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: mdName}, old); err != nil {
+		return err
+	}
+	next := &infrav1b3.CloudStackMachineTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: mdName + "-" + version},
+		Spec:       old.Spec,
+	}
+	if err := CreateAll(ctx, c, next); err != nil {
+		return err
+	}
+	md := &clusterv1.MachineDeployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: mdName}, md); err != nil {
+		return err
+	}
+	patch = client.MergeFrom(md.DeepCopy())
+	md.Spec.Template.Spec.Version = ptr.To(version)
+	md.Spec.Template.Spec.InfrastructureRef.Name = next.Name
+	if err := c.Patch(ctx, md, patch); err != nil {
+		return fmt.Errorf("roll the MachineDeployment: %w", err)
+	}
+	return nil
+}

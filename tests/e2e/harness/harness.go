@@ -34,6 +34,9 @@ type Harness struct {
 	Workloads *Workloads
 	Player    *Player
 	Out       io.Writer // progress lines (nil = quiet)
+	// OnSettled, when set, runs after a scenario run converged (or hit its deadline) and before
+	// its teardown, with the shim still running (the demo shows `capc-health-shim status`).
+	OnSettled func(ctx context.Context, rc *RunContext)
 
 	cancel context.CancelFunc
 	mu     sync.Mutex

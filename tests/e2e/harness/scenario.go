@@ -46,6 +46,10 @@ type Scenario struct {
 	// During runs next to the cluster's creation (e.g. an API outage); nil = nothing.
 	During   func(ctx context.Context, r *RunContext) error
 	Deadline time.Duration
+	// TargetVersion, when set, is the version every Machine must run to count as converged.
+	TargetVersion string
+	// NoMHCDeadline bounds the run without any MHC, which must never converge.
+	NoMHCDeadline time.Duration
 }
 
 // RunContext is one scenario run in progress.
@@ -57,6 +61,7 @@ type RunContext struct {
 	MHC       string
 	TL        *Timeline
 	Rec       *Recorder
+	Shim      *Shim // nil in baseline runs
 }
 
 // Row is one line of target/e2e/report.json.
@@ -87,7 +92,7 @@ func secs(d time.Duration) *float64 {
 // ClusterReady reports whether the cluster is fully up: control plane initialized with every
 // replica ready, the MachineDeployment's replicas ready and up to date, and exactly the
 // desired Machines, none deleting, each with its Node.
-func ClusterReady(ctx context.Context, c client.Client, ns, cluster string, cps, workers int32) (bool, string) {
+func ClusterReady(ctx context.Context, c client.Client, ns, cluster string, cps, workers int32, version string) (bool, string) {
 	kcp := &controlplanev1.KubeadmControlPlane{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster + "-control-plane"}, kcp); err != nil {
 		return false, err.Error()
@@ -113,6 +118,9 @@ func ClusterReady(ctx context.Context, c client.Client, ns, cluster string, cps,
 		if !m.DeletionTimestamp.IsZero() || m.Status.NodeRef == nil || m.Status.Phase != string(clusterv1.MachinePhaseRunning) {
 			return false, fmt.Sprintf("Machine %s: phase %s", m.Name, m.Status.Phase)
 		}
+		if version != "" && (m.Spec.Version == nil || *m.Spec.Version != version) {
+			return false, fmt.Sprintf("Machine %s not yet at %s", m.Name, version)
+		}
 	}
 	return true, "ready"
 }
@@ -131,7 +139,11 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		cluster = fmt.Sprintf("s%sn", short)
 	}
 	tl := &Timeline{Start: time.Now(), Label: fmt.Sprintf("%s/%s", sc.Key, suffix), Out: h.Out}
-	row := Row{Scenario: sc.Key, Mode: mode, MHC: mhc, TimeScale: TimeScale, DeadlineSeconds: sc.Deadline.Seconds()}
+	deadline := sc.Deadline
+	if mhc == MHCNone && sc.NoMHCDeadline > 0 {
+		deadline = sc.NoMHCDeadline
+	}
+	row := Row{Scenario: sc.Key, Mode: mode, MHC: mhc, TimeScale: TimeScale, DeadlineSeconds: deadline.Seconds()}
 	c := h.Mgmt.Client
 
 	if err := CreateAll(ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -179,6 +191,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 				_ = shim.Stop()
 			}
 		}()
+		rc.Shim = shim
 		tl.Add("capc-health-shim run started (" + shim.StatusURL + ")")
 	}
 	tl.Add(fmt.Sprintf("creating cluster %s/%s: %d control plane, %d workers, MHC %s, shim %v", ns, cluster, sc.ControlPlanes, sc.Workers, mhc, mode == ModeShim))
@@ -196,8 +209,8 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	// Converged: ready and nothing pending (a fault rule not yet applied keeps it open).
 	var readyAt time.Duration
 	var last string
-	_ = WaitFor(ctx, sc.Deadline, time.Second, "cluster ready", func() (bool, error) {
-		ok, why := ClusterReady(ctx, c, ns, cluster, sc.ControlPlanes, sc.Workers)
+	_ = WaitFor(ctx, deadline, time.Second, "cluster ready", func() (bool, error) {
+		ok, why := ClusterReady(ctx, c, ns, cluster, sc.ControlPlanes, sc.Workers, sc.TargetVersion)
 		if why != last {
 			last = why
 		}
@@ -212,7 +225,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		row.SecondsToReady = secs(readyAt)
 		tl.Add(fmt.Sprintf("cluster %s is READY (%.1fs after creation)", cluster, readyAt.Seconds()))
 	} else {
-		tl.Add(fmt.Sprintf("cluster %s NOT ready after the %.0fs deadline (last: %s)", cluster, sc.Deadline.Seconds(), last))
+		tl.Add(fmt.Sprintf("cluster %s NOT ready after the %.0fs deadline (last: %s)", cluster, deadline.Seconds(), last))
 	}
 	stopDuring := time.After(30 * time.Second)
 	select {
@@ -225,6 +238,9 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	}
 	if shim != nil {
 		row.ShimVerdicts = shimSummary(rec)
+	}
+	if h.OnSettled != nil {
+		h.OnSettled(ctx, rc)
 	}
 	orphansLive, err := h.orphanVMs(ctx, cluster, true)
 	if err != nil {

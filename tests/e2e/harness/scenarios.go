@@ -18,7 +18,7 @@ func nth(role func(*clusterv1.Machine) bool, n int) func(*clusterv1.Machine, int
 var (
 	ScenarioWorkerNICDown = Scenario{
 		Key: "1-worker-nic-down", Title: "cluster creation (1 CP + 2 workers): one worker VM's NICs go down right after boot",
-		ControlPlanes: 1, Workers: 2, Deadline: 5 * time.Minute,
+		ControlPlanes: 1, Workers: 2, Deadline: 5 * time.Minute, NoMHCDeadline: 150 * time.Second,
 		Faults: func() []*FaultRule {
 			return []*FaultRule{{Describe: "first worker, right after boot", Match: nth(worker, 0), Fault: "nic-down", Count: 1}}
 		},
@@ -95,4 +95,31 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
+}
+
+// ScenarioUpgradeNICDown: a ready cluster is upgraded (KCP version bump, MachineDeployment with
+// a new version and a new infrastructure template); the first new worker VM loses its NICs.
+var ScenarioUpgradeNICDown = Scenario{
+	Key: "6-upgrade-nic-down", Title: "rolling upgrade (KCP version bump + MachineDeployment template change): a new worker VM's NICs go down",
+	ControlPlanes: 1, Workers: 2, Deadline: 8 * time.Minute, TargetVersion: UpgradeVersion,
+	Faults: func() []*FaultRule {
+		return []*FaultRule{{Describe: "first worker created by the upgrade, right after boot", Match: nth(worker, 2), Fault: "nic-down", Count: 1}}
+	},
+	During: upgradeWhenReady,
+}
+
+// UpgradeVersion is the Kubernetes version scenario 6 upgrades to.
+const UpgradeVersion = "v1.31.4"
+
+func upgradeWhenReady(ctx context.Context, r *RunContext) error {
+	c := r.H.Mgmt.Client
+	err := WaitFor(ctx, 4*time.Minute, time.Second, "cluster ready before the upgrade", func() (bool, error) {
+		ok, _ := ClusterReady(ctx, c, r.Namespace, r.Cluster, 1, 2, "")
+		return ok, nil
+	})
+	if err != nil {
+		return err
+	}
+	r.TL.Add("UPGRADE: KubeadmControlPlane " + KubernetesVersion + " → " + UpgradeVersion + ", MachineDeployment to a new CloudStackMachineTemplate")
+	return Upgrade(ctx, c, r.Namespace, r.Cluster, UpgradeVersion)
 }

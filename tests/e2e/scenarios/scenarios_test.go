@@ -73,3 +73,43 @@ func TestScenario7APIOutageAnd429(t *testing.T) {
 func TestManagementWebhooksAndConversion(t *testing.T) {
 	checkConversion(t)
 }
+
+func TestScenario2ControlPlaneScaleUpNICDown(t *testing.T) {
+	rows := run(t, harness.ScenarioScaleUpCPNICDown, runs(withShim, baseline)...)
+	requireRecycled(t, "shim", rows[shimRun])
+	requireRecycled(t, "baseline", rows[baseRun])
+}
+
+// A VM whose network works but whose services fail: the shim has no network evidence against
+// it (traffic flows), so it must publish no False verdict; the MHC's timer recycles it.
+func TestScenario4ServicesFail(t *testing.T) {
+	rows := run(t, harness.ScenarioServicesFail, runs(withShim, baseline)...)
+	s := rows[shimRun]
+	if len(s.ShimVerdicts) != 0 {
+		t.Errorf("shim flagged a VM with a working network: %v", s.ShimVerdicts)
+	}
+	requireRecycled(t, "shim (MHC timer)", s)
+	requireRecycled(t, "baseline", rows[baseRun])
+}
+
+// A slow but healthy VM (traffic rising, joins after 20 scaled minutes) is recycled by nobody
+// with the shim and the recommended MHC; the stock MHC's 10-minute timer recycles it (shown, not
+// required: that is the baseline's known flaw).
+func TestScenario5SlowButHealthy(t *testing.T) {
+	rows := run(t, harness.ScenarioSlowHealthy, runs(withShim, baseline)...)
+	s, b := rows[shimRun], rows[baseRun]
+	if !s.Converged || s.RecycledMachines != 0 || len(s.ShimVerdicts) != 0 {
+		t.Errorf("shim: converged=%v recycled=%d verdicts=%v, want the slow VM kept", s.Converged, s.RecycledMachines, s.ShimVerdicts)
+	}
+	clean(t, "shim", s)
+	if b.OrphanVMs != 0 || b.LeftoverObjects != 0 {
+		t.Errorf("baseline: orphans=%d leftovers=%d", b.OrphanVMs, b.LeftoverObjects)
+	}
+	t.Logf("baseline recycled %d Machines of a healthy-but-slow boot (false recycles: %d)", b.RecycledMachines, b.FalseRecycles)
+}
+
+func TestScenario6RollingUpgradeNICDown(t *testing.T) {
+	rows := run(t, harness.ScenarioUpgradeNICDown, runs(withShim, baseline)...)
+	requireRecycled(t, "shim", rows[shimRun])
+	requireRecycled(t, "baseline", rows[baseRun])
+}
