@@ -102,6 +102,8 @@ image:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	@test -z "$$(cd tests/e2e && gofmt -l .)" || { echo "gofmt needed in tests/e2e:"; cd tests/e2e && gofmt -l .; exit 1; }
+	$(E2E_GO) vet ./...
 
 fmt:
 	$(CARGO) fmt --all
