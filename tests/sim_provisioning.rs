@@ -54,6 +54,24 @@ fn items<'a>(r: &'a Resp, wrapper: &str, key: &str) -> Vec<&'a Value> {
         .unwrap_or_default()
 }
 
+/// A JSON string field as an owned string (ids the next call passes on).
+fn str_of(v: &Value) -> String {
+    v.as_str().unwrap().to_string()
+}
+
+/// The `id` of the first `key` item that `command` lists with `filters`.
+async fn first_id(h: &Harness, command: &str, filters: &[(&str, &str)], key: &str) -> String {
+    let mut p = vec![("command", command)];
+    p.extend_from_slice(filters);
+    let r = h.api(&p).await;
+    str_of(&items(&r, &format!("{}response", command.to_lowercase()), key)[0]["id"])
+}
+
+/// A call as the plain user `capi`.
+async fn as_capi(h: &Harness, params: &[(&str, &str)]) -> Resp {
+    h.api_as("capi-key", "capi-secret", params).await
+}
+
 fn error_text(r: &Resp, wrapper: &str, code: u16) -> String {
     assert_eq!(r.status, code, "{}", r.body);
     let e = inner(r, wrapper);
@@ -63,34 +81,25 @@ fn error_text(r: &Resp, wrapper: &str, code: u16) -> String {
 
 /// Ids the deploy calls need: (zone1, small offering, ubuntu template, shared-net).
 async fn ids(h: &Harness) -> (String, String, String, String) {
-    let zone = h.api(&[("command", "listZones"), ("name", "zone1")]).await;
-    let zone = items(&zone, "listzonesresponse", "zone")[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let so = h
-        .api(&[
-            ("command", "listServiceOfferings"),
-            ("name", "small"),
-            ("zoneid", &zone),
-        ])
-        .await;
-    let so = items(&so, "listserviceofferingsresponse", "serviceoffering")[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let t = h
-        .api(&[
-            ("command", "listTemplates"),
+    let zone = first_id(h, "listZones", &[("name", "zone1")], "zone").await;
+    let so = first_id(
+        h,
+        "listServiceOfferings",
+        &[("name", "small"), ("zoneid", &zone)],
+        "serviceoffering",
+    )
+    .await;
+    let t = first_id(
+        h,
+        "listTemplates",
+        &[
             ("templatefilter", "executable"),
             ("name", "ubuntu"),
             ("zoneid", &zone),
-        ])
-        .await;
-    let t = items(&t, "listtemplatesresponse", "template")[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+        ],
+        "template",
+    )
+    .await;
     let n = h
         .api(&[
             ("command", "listNetworks"),
@@ -100,11 +109,17 @@ async fn ids(h: &Harness) -> (String, String, String, String) {
         .await;
     let nets = items(&n, "listnetworksresponse", "network");
     assert_eq!(nets.len(), 2, "keyword is a substring match");
-    let n = nets.iter().find(|n| n["name"] == "shared-net").unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let n = str_of(&nets.iter().find(|n| n["name"] == "shared-net").unwrap()["id"]);
     (zone, so, t, n)
+}
+
+/// The parameters every deploy call carries.
+fn deploy_base<'a>(zone: &'a str, so: &'a str, t: &'a str) -> [(&'static str, &'a str); 3] {
+    [
+        ("zoneid", zone),
+        ("serviceofferingid", so),
+        ("templateid", t),
+    ]
 }
 
 async fn deploy(h: &Harness, base: &[(&str, &str)], extra: &[(&str, &str)]) -> Resp {
@@ -131,8 +146,8 @@ async fn identity_lookups_as_capc_makes_them() {
     assert_eq!(mine.len(), 1);
     assert_eq!(mine[0]["account"], "admin");
     assert_eq!(mine[0]["domain"], "ROOT");
-    let domain = mine[0]["domainid"].as_str().unwrap().to_string();
-    let user = mine[0]["id"].as_str().unwrap().to_string();
+    let domain = str_of(&mine[0]["domainid"]);
+    let user = str_of(&mine[0]["id"]);
     let all = h
         .api(&[("command", "listUsers"), ("listall", "true")])
         .await;
@@ -213,25 +228,15 @@ async fn identity_lookups_as_capc_makes_them() {
     );
     let k = h.api(&[("command", "getUserKeys"), ("id", UNKNOWN)]).await;
     assert!(error_text(&k, "getuserkeysresponse", 431).contains("Invalid parameter id value="));
-    let k = h
-        .api_as(
-            "capi-key",
-            "capi-secret",
-            &[("command", "getUserKeys"), ("id", &user)],
-        )
-        .await;
+    let k = as_capi(&h, &[("command", "getUserKeys"), ("id", &user)]).await;
     error_text(&k, "getuserkeysresponse", 531);
     let k = h.api(&[("command", "getUserKeys")]).await;
     assert!(error_text(&k, "getuserkeysresponse", 431).contains("missing parameter id"));
 
     // A plain user sees only its own account; listDomains is not annotated for users.
-    let a = h
-        .api_as("capi-key", "capi-secret", &[("command", "listAccounts")])
-        .await;
+    let a = as_capi(&h, &[("command", "listAccounts")]).await;
     assert_eq!(inner(&a, "listaccountsresponse")["count"], 1);
-    let d = h
-        .api_as("capi-key", "capi-secret", &[("command", "listDomains")])
-        .await;
+    let d = as_capi(&h, &[("command", "listDomains")]).await;
     assert_eq!(d.status, 432, "{}", d.body);
 
     // Roles apply: an allow rule passes, a deny rule is 401, no rule is 432.
@@ -315,13 +320,7 @@ async fn catalogue_lookups_filter_like_cloudstack() {
         c.json["listcapabilitiesresponse"]["capability"]["allowuserexpungerecovervm"],
         true
     );
-    let c = h
-        .api_as(
-            "capi-key",
-            "capi-secret",
-            &[("command", "listCapabilities")],
-        )
-        .await;
+    let c = as_capi(&h, &[("command", "listCapabilities")]).await;
     assert_eq!(
         c.json["listcapabilitiesresponse"]["capability"]["allowuserexpungerecovervm"],
         false
@@ -333,11 +332,7 @@ async fn catalogue_lookups_filter_like_cloudstack() {
 async fn deploy_boots_a_vm_and_its_job_finishes_when_it_runs() {
     let h = start(world()).await;
     let (zone, so, t, net) = ids(&h).await;
-    let base = [
-        ("zoneid", zone.as_str()),
-        ("serviceofferingid", so.as_str()),
-        ("templateid", t.as_str()),
-    ];
+    let base = deploy_base(&zone, &so, &t);
     let userdata = base64::engine::general_purpose::STANDARD.encode([0x1f, 0x8b, 8, 0, 1, 2, 3]);
     let r = deploy(
         &h,
@@ -354,8 +349,8 @@ async fn deploy_boots_a_vm_and_its_job_finishes_when_it_runs() {
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
     let answer = inner(&r, "deployvirtualmachineresponse");
-    let id = answer["id"].as_str().unwrap().to_string();
-    let jobid = answer["jobid"].as_str().unwrap().to_string();
+    let id = str_of(&answer["id"]);
+    let jobid = str_of(&answer["jobid"]);
 
     let j = job(&h, &jobid).await;
     assert_eq!(
@@ -436,11 +431,7 @@ async fn deploy_boots_a_vm_and_its_job_finishes_when_it_runs() {
 async fn deploy_refuses_what_cloudstack_refuses() {
     let h = start(world()).await;
     let (zone, so, t, net) = ids(&h).await;
-    let base = [
-        ("zoneid", zone.as_str()),
-        ("serviceofferingid", so.as_str()),
-        ("templateid", t.as_str()),
-    ];
+    let base = deploy_base(&zone, &so, &t);
     let w = "deployvirtualmachineresponse";
     let ok = deploy(&h, &base, &[("name", "dup")]).await;
     assert_eq!(ok.status, 200, "{}", ok.body);
@@ -468,22 +459,16 @@ async fn deploy_refuses_what_cloudstack_refuses() {
     let r = deploy(&h, &base, &[("name", "ud"), ("userdata", "***")]).await;
     assert!(error_text(&r, w, 431).contains("not base64"));
     // A far zone's network, an offering of another zone.
-    let far = h
-        .api(&[("command", "listNetworks"), ("name", "far-net")])
-        .await;
-    let far = items(&far, "listnetworksresponse", "network")[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let far = first_id(&h, "listNetworks", &[("name", "far-net")], "network").await;
     let r = deploy(&h, &base, &[("networkids", &far)]).await;
     assert!(error_text(&r, w, 431).contains("doesn't belong to zone"));
-    let fo = h
-        .api(&[("command", "listServiceOfferings"), ("name", "far-only")])
-        .await;
-    let fo = items(&fo, "listserviceofferingsresponse", "serviceoffering")[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let fo = first_id(
+        &h,
+        "listServiceOfferings",
+        &[("name", "far-only")],
+        "serviceoffering",
+    )
+    .await;
     let r = deploy(
         &h,
         &[
@@ -496,13 +481,13 @@ async fn deploy_refuses_what_cloudstack_refuses() {
     .await;
     assert!(error_text(&r, w, 431).contains("not available in zone"));
     // A customized disk offering needs a size.
-    let d = h
-        .api(&[("command", "listDiskOfferings"), ("name", "custom")])
-        .await;
-    let d = items(&d, "listdiskofferingsresponse", "diskoffering")[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let d = first_id(
+        &h,
+        "listDiskOfferings",
+        &[("name", "custom")],
+        "diskoffering",
+    )
+    .await;
     let r = deploy(&h, &base, &[("name", "disk"), ("diskofferingid", &d)]).await;
     assert!(error_text(&r, w, 431).contains("requires a custom size"));
     // A requested address that is taken: the first VM holds 10.10.0.10.
@@ -528,7 +513,7 @@ async fn deploy_refuses_what_cloudstack_refuses() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
-    let id = inner(&r, w)["id"].as_str().unwrap().to_string();
+    let id = str_of(&inner(&r, w)["id"]);
     assert_eq!(
         h.vm_by_id(&id).await.unwrap()["nic"][0]["ipaddress"],
         "10.10.0.77"
@@ -540,11 +525,7 @@ async fn deploy_refuses_what_cloudstack_refuses() {
 async fn strict_anti_affinity_without_a_free_host_fails_the_job() {
     let h = start(world()).await;
     let (zone, so, t, _) = ids(&h).await;
-    let base = [
-        ("zoneid", zone.as_str()),
-        ("serviceofferingid", so.as_str()),
-        ("templateid", t.as_str()),
-    ];
+    let base = deploy_base(&zone, &so, &t);
     let g = h
         .api(&[
             ("command", "createAffinityGroup"),
@@ -553,10 +534,7 @@ async fn strict_anti_affinity_without_a_free_host_fails_the_job() {
         ])
         .await;
     assert_eq!(g.status, 200, "{}", g.body);
-    let gid = inner(&g, "createaffinitygroupresponse")["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let gid = str_of(&inner(&g, "createaffinitygroupresponse")["id"]);
     let again = h
         .api(&[
             ("command", "createAffinityGroup"),
@@ -579,10 +557,7 @@ async fn strict_anti_affinity_without_a_free_host_fails_the_job() {
         let r = deploy(&h, &base, &[("name", name), ("affinitygroupids", &gid)]).await;
         assert_eq!(r.status, 200, "{}", r.body);
         let a = inner(&r, "deployvirtualmachineresponse");
-        hosts.push((
-            a["id"].as_str().unwrap().to_string(),
-            a["jobid"].as_str().unwrap().to_string(),
-        ));
+        hosts.push((str_of(&a["id"]), str_of(&a["jobid"])));
     }
     h.advance(6.0).await;
     let h0 = h.vm_by_id(&hosts[0].0).await.unwrap();
@@ -611,10 +586,7 @@ async fn strict_anti_affinity_without_a_free_host_fails_the_job() {
     let d = h
         .api(&[("command", "deleteAffinityGroup"), ("id", &gid)])
         .await;
-    let dj = inner(&d, "deleteaffinitygroupresponse")["jobid"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let dj = str_of(&inner(&d, "deleteaffinitygroupresponse")["jobid"]);
     assert_eq!(job(&h, &dj).await["jobresultcode"], 536);
     let d = h.api(&[("command", "deleteAffinityGroup")]).await;
     error_text(&d, "deleteaffinitygroupresponse", 431);
@@ -625,16 +597,9 @@ async fn strict_anti_affinity_without_a_free_host_fails_the_job() {
 async fn destroy_walks_the_expunge_timers_and_a_gone_vm_is_already_gone() {
     let h = start(world()).await;
     let (zone, so, t, _) = ids(&h).await;
-    let base = [
-        ("zoneid", zone.as_str()),
-        ("serviceofferingid", so.as_str()),
-        ("templateid", t.as_str()),
-    ];
+    let base = deploy_base(&zone, &so, &t);
     let r = deploy(&h, &base, &[("name", "gone")]).await;
-    let id = inner(&r, "deployvirtualmachineresponse")["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = str_of(&inner(&r, "deployvirtualmachineresponse")["id"]);
     h.advance(6.0).await;
 
     let d = h
@@ -685,18 +650,14 @@ async fn destroy_walks_the_expunge_timers_and_a_gone_vm_is_already_gone() {
 async fn expunge_data_disks_and_job_ownership() {
     let h = start(world()).await;
     let (zone, so, t, _) = ids(&h).await;
-    let base = [
-        ("zoneid", zone.as_str()),
-        ("serviceofferingid", so.as_str()),
-        ("templateid", t.as_str()),
-    ];
-    let d = h
-        .api(&[("command", "listDiskOfferings"), ("name", "custom")])
-        .await;
-    let d = items(&d, "listdiskofferingsresponse", "diskoffering")[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let base = deploy_base(&zone, &so, &t);
+    let d = first_id(
+        &h,
+        "listDiskOfferings",
+        &[("name", "custom")],
+        "diskoffering",
+    )
+    .await;
     let r = deploy(
         &h,
         &base,
@@ -709,22 +670,10 @@ async fn expunge_data_disks_and_job_ownership() {
     )
     .await;
     assert_eq!(r.status, 200, "{}", r.body);
-    let id = inner(&r, "deployvirtualmachineresponse")["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let jobid = inner(&r, "deployvirtualmachineresponse")["jobid"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = str_of(&inner(&r, "deployvirtualmachineresponse")["id"]);
+    let jobid = str_of(&inner(&r, "deployvirtualmachineresponse")["jobid"]);
     // The job belongs to its submitter (admin); another account may not read it.
-    let other = h
-        .api_as(
-            "capi-key",
-            "capi-secret",
-            &[("command", "queryAsyncJobResult"), ("jobid", &jobid)],
-        )
-        .await;
+    let other = as_capi(&h, &[("command", "queryAsyncJobResult"), ("jobid", &jobid)]).await;
     error_text(&other, "queryasyncjobresultresponse", 531);
     let unknown = h
         .api(&[("command", "queryAsyncJobResult"), ("jobid", UNKNOWN)])
@@ -732,50 +681,37 @@ async fn expunge_data_disks_and_job_ownership() {
     assert!(error_text(&unknown, "queryasyncjobresultresponse", 431)
         .contains("Invalid parameter jobid"));
 
-    let v = h
-        .api_as(
-            "capi-key",
-            "capi-secret",
-            &[
-                ("command", "listVolumes"),
-                ("virtualmachineid", &id),
-                ("type", "DATADISK"),
-            ],
-        )
-        .await;
+    let v = as_capi(
+        &h,
+        &[
+            ("command", "listVolumes"),
+            ("virtualmachineid", &id),
+            ("type", "DATADISK"),
+        ],
+    )
+    .await;
     let vols = items(&v, "listvolumesresponse", "volume");
     assert_eq!(vols.len(), 1);
     assert_eq!(vols[0]["size"], 20u64 * 1024 * 1024 * 1024);
-    let vol = vols[0]["id"].as_str().unwrap().to_string();
+    let vol = str_of(&vols[0]["id"]);
     let all = h
         .api(&[("command", "listVolumes"), ("virtualmachineid", &id)])
         .await;
     assert_eq!(inner(&all, "listvolumesresponse")["count"], 2);
 
     // A user may not expunge (allow.user.expunge.recover.vm is false): the job fails.
-    let d = h
-        .api_as(
-            "capi-key",
-            "capi-secret",
-            &[
-                ("command", "destroyVirtualMachine"),
-                ("id", &id),
-                ("expunge", "true"),
-            ],
-        )
-        .await;
+    let d = as_capi(
+        &h,
+        &[
+            ("command", "destroyVirtualMachine"),
+            ("id", &id),
+            ("expunge", "true"),
+        ],
+    )
+    .await;
     assert_eq!(d.status, 200, "{}", d.body);
-    let dj = inner(&d, "destroyvirtualmachineresponse")["jobid"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let j = h
-        .api_as(
-            "capi-key",
-            "capi-secret",
-            &[("command", "queryAsyncJobResult"), ("jobid", &dj)],
-        )
-        .await;
+    let dj = str_of(&inner(&d, "destroyvirtualmachineresponse")["jobid"]);
+    let j = as_capi(&h, &[("command", "queryAsyncJobResult"), ("jobid", &dj)]).await;
     assert_eq!(
         j.json["queryasyncjobresultresponse"]["jobstatus"], 2,
         "{}",
@@ -819,11 +755,7 @@ async fn expunge_data_disks_and_job_ownership() {
 async fn public_addresses_of_a_shared_network_page_and_show_holders() {
     let h = start(world()).await;
     let (zone, so, t, net) = ids(&h).await;
-    let base = [
-        ("zoneid", zone.as_str()),
-        ("serviceofferingid", so.as_str()),
-        ("templateid", t.as_str()),
-    ];
+    let base = deploy_base(&zone, &so, &t);
     let r = deploy(&h, &base, &[("name", "holder"), ("networkids", &net)]).await;
     assert_eq!(r.status, 200, "{}", r.body);
     // 10.10.0.0/24: .10 … .254 → 245 addresses; allocatedonly defaults to true.

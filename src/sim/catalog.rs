@@ -33,8 +33,13 @@ pub struct ServiceOffering {
 
 impl ServiceOffering {
     pub fn in_zone(&self, zone: usize) -> bool {
-        self.zones.is_empty() || self.zones.contains(&zone)
+        serves_zone(&self.zones, zone)
     }
+}
+
+/// An offering's zone restriction: empty means every zone.
+fn serves_zone(zones: &[usize], zone: usize) -> bool {
+    zones.is_empty() || zones.contains(&zone)
 }
 
 /// A registered, ready, executable template.
@@ -64,7 +69,7 @@ pub struct DiskOffering {
 
 impl DiskOffering {
     pub fn in_zone(&self, zone: usize) -> bool {
-        self.zones.is_empty() || self.zones.contains(&zone)
+        serves_zone(&self.zones, zone)
     }
 }
 

@@ -32,7 +32,7 @@ fn page(call: &Call<'_>, items: Vec<Value>) -> Reply {
 }
 
 /// Callers other than plain users see every account's objects (one domain only).
-fn admin_like(call: &Call<'_>) -> bool {
+pub(crate) fn admin_like(call: &Call<'_>) -> bool {
     call.caller_account().kind != AccountType::User
 }
 
@@ -45,6 +45,27 @@ fn contains_ci(haystack: &str, lowered_needle: &str) -> bool {
     haystack.to_lowercase().contains(lowered_needle)
 }
 
+/// The `name` (whole name) and `keyword` (part of the name) filters most list commands
+/// take; CloudStack matches both case-insensitively.
+struct NameFilter<'a> {
+    name: Option<&'a str>,
+    keyword: Option<String>,
+}
+
+impl<'a> NameFilter<'a> {
+    fn of(call: &'a Call<'_>) -> Self {
+        NameFilter {
+            name: call.get_nonempty("name"),
+            keyword: keyword(call),
+        }
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        self.name.is_none_or(|n| name.eq_ignore_ascii_case(n))
+            && self.keyword.as_ref().is_none_or(|k| contains_ci(name, k))
+    }
+}
+
 /// `domainid` must be the ROOT domain when given (the simulator has no other).
 fn check_domain(call: &Call<'_>) -> Result<(), ApiError> {
     match call.get_nonempty("domainid") {
@@ -54,7 +75,7 @@ fn check_domain(call: &Call<'_>) -> Result<(), ApiError> {
 }
 
 /// Resolves a UUID parameter with `find`; unknown values are CloudStack's 431.
-fn uuid_param(
+pub(crate) fn uuid_param(
     call: &Call<'_>,
     name: &str,
     find: impl Fn(&World, &str) -> Option<usize>,
@@ -68,7 +89,7 @@ fn uuid_param(
 }
 
 pub(crate) fn zone_param(call: &Call<'_>, name: &str) -> Result<Option<usize>, ApiError> {
-    uuid_param(call, name, |w, v| w.zones.iter().position(|z| z.id == v))
+    uuid_param(call, name, World::zone_by_id)
 }
 
 /// `projectid` (a member's or an admin's); `-1` means every project and is returned as `None`.
@@ -103,7 +124,7 @@ pub(crate) fn permission_denied(text: impl Into<String>) -> ApiError {
 }
 
 /// `account` (by name) as a filter; unknown names are CloudStack's 431.
-fn account_param(call: &Call<'_>) -> Result<Option<usize>, ApiError> {
+pub(crate) fn account_param(call: &Call<'_>) -> Result<Option<usize>, ApiError> {
     match call.get_nonempty("account") {
         None => Ok(None),
         Some(a) => call.world.account_index(a).map(Some).ok_or_else(|| {
@@ -270,11 +291,7 @@ pub fn list_domains(call: &mut Call<'_>) -> Result<Reply, ApiError> {
         None => None,
         Some(l) => Some(l.parse::<i64>().map_err(|_| call.bad("level", l))?),
     };
-    let name_ok = call
-        .get_nonempty("name")
-        .is_none_or(|n| n.eq_ignore_ascii_case(ROOT_DOMAIN));
-    let kw_ok = keyword(call).is_none_or(|k| contains_ci(ROOT_DOMAIN, &k));
-    let items = if name_ok && kw_ok && level.is_none_or(|l| l == 0) {
+    let items = if NameFilter::of(call).matches(ROOT_DOMAIN) && level.is_none_or(|l| l == 0) {
         vec![domain_json(w)]
     } else {
         Vec::new()
@@ -310,12 +327,11 @@ pub fn list_accounts(call: &mut Call<'_>) -> Result<Reply, ApiError> {
     check_domain(call)?;
     let _ = call.bool_param("listall")?;
     let id = uuid_param(call, "id", |w, v| w.accounts.iter().position(|a| a.id == v))?;
-    let name = call.get_nonempty("name");
     let kind = match call.get_nonempty("accounttype") {
         None => None,
         Some(t) => Some(t.parse::<u8>().map_err(|_| call.bad("accounttype", t))?),
     };
-    let kw = keyword(call);
+    let names = NameFilter::of(call);
     let wide = admin_like(call);
     let w: &World = call.world;
     let items = (0..w.accounts.len())
@@ -323,9 +339,7 @@ pub fn list_accounts(call: &mut Call<'_>) -> Result<Reply, ApiError> {
         .filter(|i| id.is_none_or(|x| x == *i))
         .filter(|i| {
             let a = &w.accounts[*i];
-            name.is_none_or(|n| a.name.eq_ignore_ascii_case(n))
-                && kind.is_none_or(|k| a.kind.code() == k)
-                && kw.as_ref().is_none_or(|k| contains_ci(&a.name, k))
+            names.matches(&a.name) && kind.is_none_or(|k| a.kind.code() == k)
         })
         .map(|i| account_json(w, i))
         .collect();
@@ -365,8 +379,7 @@ pub fn list_projects(call: &mut Call<'_>) -> Result<Reply, ApiError> {
     let _ = call.bool_param("listall")?;
     let id = uuid_param(call, "id", |w, v| w.projects.iter().position(|p| p.id == v))?;
     let member = account_param(call)?;
-    let name = call.get_nonempty("name");
-    let kw = keyword(call);
+    let names = NameFilter::of(call);
     let wide = admin_like(call);
     let w: &World = call.world;
     let items = (0..w.projects.len())
@@ -375,8 +388,7 @@ pub fn list_projects(call: &mut Call<'_>) -> Result<Reply, ApiError> {
             (wide || p.members.contains(&call.caller))
                 && id.is_none_or(|x| x == *i)
                 && member.is_none_or(|a| p.members.contains(&a))
-                && name.is_none_or(|n| p.name.eq_ignore_ascii_case(n))
-                && kw.as_ref().is_none_or(|k| contains_ci(&p.name, k))
+                && names.matches(&p.name)
         })
         .map(|i| project_json(w, i))
         .collect();
@@ -407,16 +419,10 @@ fn zone_json(w: &World, i: usize) -> Value {
 pub fn list_zones(call: &mut Call<'_>) -> Result<Reply, ApiError> {
     let id = zone_param(call, "id")?;
     let _ = call.bool_param("available")?;
-    let name = call.get_nonempty("name");
-    let kw = keyword(call);
+    let names = NameFilter::of(call);
     let w: &World = call.world;
     let items = (0..w.zones.len())
-        .filter(|i| id.is_none_or(|x| x == *i))
-        .filter(|i| name.is_none_or(|n| w.zones[*i].name.eq_ignore_ascii_case(n)))
-        .filter(|i| {
-            kw.as_ref()
-                .is_none_or(|k| contains_ci(&w.zones[*i].name, k))
-        })
+        .filter(|i| id.is_none_or(|x| x == *i) && names.matches(&w.zones[*i].name))
         .map(|i| zone_json(w, i))
         .collect();
     Ok(page(call, items))
@@ -488,24 +494,21 @@ fn network_json(w: &World, n: &Network) -> Value {
 /// Every network is visible to every account (shared networks are domain-wide; the
 /// simulator does not model owners of isolated ones).
 pub fn list_networks(call: &mut Call<'_>) -> Result<Reply, ApiError> {
-    let id = uuid_param(call, "id", |w, v| w.networks.iter().position(|n| n.id == v))?;
+    let id = uuid_param(call, "id", World::network_by_id)?;
     let zone = zone_param(call, "zoneid")?;
     let _ = project_param(call)?;
     let _ = call.bool_param("listall")?;
     if call.bool_param("issystem")? == Some(true) {
         return Ok(page(call, Vec::new()));
     }
-    let name = call.get_nonempty("name");
+    let names = NameFilter::of(call);
     let kind = call.get_nonempty("type");
-    let kw = keyword(call);
     let w: &World = call.world;
     let items = (0..w.networks.len())
         .filter(|i| id.is_none_or(|x| x == *i))
         .map(|i| &w.networks[i])
-        .filter(|n| zone.is_none_or(|z| n.zone == z))
-        .filter(|n| name.is_none_or(|x| n.name.eq_ignore_ascii_case(x)))
+        .filter(|n| zone.is_none_or(|z| n.zone == z) && names.matches(&n.name))
         .filter(|n| kind.is_none_or(|t| n.kind.as_str().eq_ignore_ascii_case(t)))
-        .filter(|n| kw.as_ref().is_none_or(|k| contains_ci(&n.name, k)))
         .map(|n| network_json(w, n))
         .collect();
     Ok(page(call, items))
@@ -623,22 +626,17 @@ fn service_offering_json(w: &World, o: &ServiceOffering) -> Value {
 
 /// `listServiceOfferings` by `id`, `name`, `zoneid` (offerings usable there), `keyword`.
 pub fn list_service_offerings(call: &mut Call<'_>) -> Result<Reply, ApiError> {
-    let id = uuid_param(call, "id", |w, v| {
-        w.service_offerings.iter().position(|o| o.id == v)
-    })?;
+    let id = uuid_param(call, "id", World::service_offering_by_id)?;
     let zone = zone_param(call, "zoneid")?;
     if call.bool_param("issystem")? == Some(true) {
         return Ok(page(call, Vec::new()));
     }
-    let name = call.get_nonempty("name");
-    let kw = keyword(call);
+    let names = NameFilter::of(call);
     let w: &World = call.world;
     let items = (0..w.service_offerings.len())
         .filter(|i| id.is_none_or(|x| x == *i))
         .map(|i| &w.service_offerings[i])
-        .filter(|o| zone.is_none_or(|z| o.in_zone(z)))
-        .filter(|o| name.is_none_or(|n| o.name.eq_ignore_ascii_case(n)))
-        .filter(|o| kw.as_ref().is_none_or(|k| contains_ci(&o.name, k)))
+        .filter(|o| zone.is_none_or(|z| o.in_zone(z)) && names.matches(&o.name))
         .map(|o| service_offering_json(w, o))
         .collect();
     Ok(page(call, items))
@@ -701,22 +699,15 @@ pub fn list_templates(call: &mut Call<'_>) -> Result<Reply, ApiError> {
             TEMPLATE_FILTERS.join(", ")
         )));
     }
-    let id = uuid_param(call, "id", |w, v| {
-        w.templates.iter().position(|t| t.id == v)
-    })?;
+    let id = uuid_param(call, "id", World::template_by_id)?;
     let zone = zone_param(call, "zoneid")?;
     let _ = project_param(call)?;
-    let name = call.get_nonempty("name");
-    let kw = keyword(call);
+    let names = NameFilter::of(call);
     let w: &World = call.world;
     let listed = !matches!(filter, "self" | "selfexecutable" | "sharedexecutable");
     let mut items = Vec::new();
     for (i, t) in w.templates.iter().enumerate() {
-        if !listed
-            || id.is_some_and(|x| x != i)
-            || name.is_some_and(|n| !t.name.eq_ignore_ascii_case(n))
-            || kw.as_ref().is_some_and(|k| !contains_ci(&t.name, k))
-        {
+        if !listed || id.is_some_and(|x| x != i) || !names.matches(&t.name) {
             continue;
         }
         for z in &t.zones {
@@ -749,20 +740,15 @@ fn disk_offering_json(w: &World, d: &DiskOffering) -> Value {
 
 /// `listDiskOfferings` by `id`, `name`, `zoneid`, `keyword`.
 pub fn list_disk_offerings(call: &mut Call<'_>) -> Result<Reply, ApiError> {
-    let id = uuid_param(call, "id", |w, v| {
-        w.disk_offerings.iter().position(|d| d.id == v)
-    })?;
+    let id = uuid_param(call, "id", World::disk_offering_by_id)?;
     let zone = zone_param(call, "zoneid")?;
     let _ = project_param(call)?;
-    let name = call.get_nonempty("name");
-    let kw = keyword(call);
+    let names = NameFilter::of(call);
     let w: &World = call.world;
     let items = (0..w.disk_offerings.len())
         .filter(|i| id.is_none_or(|x| x == *i))
         .map(|i| &w.disk_offerings[i])
-        .filter(|d| zone.is_none_or(|z| d.in_zone(z)))
-        .filter(|d| name.is_none_or(|n| d.name.eq_ignore_ascii_case(n)))
-        .filter(|d| kw.as_ref().is_none_or(|k| contains_ci(&d.name, k)))
+        .filter(|d| zone.is_none_or(|z| d.in_zone(z)) && names.matches(&d.name))
         .map(|d| disk_offering_json(w, d))
         .collect();
     Ok(page(call, items))
@@ -817,12 +803,8 @@ fn public_ip_json(w: &World, n: &Network, ip: u32, holder: Option<&Vm>) -> Value
 /// true, like CloudStack's; with false every address of the range is listed, `Free` or
 /// `Allocated`.
 pub fn list_public_ip_addresses(call: &mut Call<'_>) -> Result<Reply, ApiError> {
-    let network = uuid_param(call, "networkid", |w, v| {
-        w.networks.iter().position(|n| n.id == v)
-    })?;
-    let associated = uuid_param(call, "associatednetworkid", |w, v| {
-        w.networks.iter().position(|n| n.id == v)
-    })?;
+    let network = uuid_param(call, "networkid", World::network_by_id)?;
+    let associated = uuid_param(call, "associatednetworkid", World::network_by_id)?;
     let zone = zone_param(call, "zoneid")?;
     let _ = project_param(call)?;
     let _ = call.bool_param("listall")?;

@@ -16,15 +16,14 @@ use serde_json::{json, Map, Value};
 use super::api::{ApiError, Call, Reply};
 use super::catalog::{AffinityType, AsyncJob, JobCommand, JobStatus};
 use super::commands::{vm_response, vm_visible_to};
-use super::directory::{affinity_group_json, is_data_volume_of, permission_denied, project_param};
-use super::world::{format_time, AccountType, HostControl, VmSpec, VmState, World, WorldError};
+use super::directory::{
+    account_param, admin_like, affinity_group_json, is_data_volume_of, permission_denied,
+    project_param, uuid_param,
+};
+use super::world::{format_time, HostControl, VmSpec, VmState, World, WorldError};
 
 /// `vm.userdata.max.length` (CloudStack's default): the most decoded bytes accepted.
 pub const USERDATA_MAX_BYTES: usize = 32_768;
-
-fn admin_like(call: &Call<'_>) -> bool {
-    call.caller_account().kind != AccountType::User
-}
 
 /// A required UUID parameter resolved with `find` (missing → 431, unknown → 431).
 fn required(
@@ -132,18 +131,21 @@ fn userdata_param(call: &Call<'_>) -> Result<Option<Vec<u8>>, ApiError> {
 /// The VM's network and requested address, from `networkids` or `iptonetworklist`
 /// (default: the zone's first network). The simulator models one NIC per VM.
 fn network_param(call: &Call<'_>, zone: usize) -> Result<(usize, Option<Ipv4Addr>), ApiError> {
-    let by_id = |w: &World, v: &str| w.networks.iter().position(|n| n.id == v);
-    let mut wanted: Vec<(usize, Option<&str>)> = uuid_list(call, "networkids", by_id)?
-        .into_iter()
-        .map(|n| (n, None))
-        .collect();
+    let mut wanted: Vec<(usize, Option<&str>)> =
+        uuid_list(call, "networkids", World::network_by_id)?
+            .into_iter()
+            .map(|n| (n, None))
+            .collect();
     for entry in indexed_map(call, "iptonetworklist") {
         let Some(id) = entry.get("networkid").copied() else {
             return Err(ApiError::invalid_value(
                 "iptonetworklist entries need a networkid",
             ));
         };
-        let n = by_id(call.world, id).ok_or_else(|| call.bad("iptonetworklist", id))?;
+        let n = call
+            .world
+            .network_by_id(id)
+            .ok_or_else(|| call.bad("iptonetworklist", id))?;
         wanted.push((n, entry.get("ip").copied().filter(|ip| !ip.is_empty())));
     }
     let w: &World = call.world;
@@ -195,10 +197,8 @@ fn network_param(call: &Call<'_>, zone: usize) -> Result<(usize, Option<Ipv4Addr
 
 /// Data disk from `diskofferingid` (+ `size` in GB for customized offerings).
 fn disk_param(call: &Call<'_>, zone: usize) -> Result<Option<(usize, u64)>, ApiError> {
-    let by_id = |w: &World, v: &str| w.disk_offerings.iter().position(|d| d.id == v);
-    let offering = match call.get_nonempty("diskofferingid") {
-        None => return Ok(None),
-        Some(v) => by_id(call.world, v).ok_or_else(|| call.bad("diskofferingid", v))?,
+    let Some(offering) = uuid_param(call, "diskofferingid", World::disk_offering_by_id)? else {
+        return Ok(None);
     };
     let size = match call.get_nonempty("size") {
         None => None,
@@ -223,20 +223,14 @@ fn disk_param(call: &Call<'_>, zone: usize) -> Result<Option<(usize, u64)>, ApiE
 
 /// The account a deployed VM belongs to: `account` (admins only) or the caller.
 fn owner_param(call: &Call<'_>) -> Result<usize, ApiError> {
-    let Some(name) = call.get_nonempty("account") else {
+    let Some(i) = account_param(call)? else {
         return Ok(call.caller);
     };
-    let w: &World = call.world;
-    let i = w.account_index(name).ok_or_else(|| {
-        ApiError::invalid_value(format!(
-            "Unable to find account {name} in domain {}",
-            w.domain_id
-        ))
-    })?;
     if i != call.caller && !admin_like(call) {
         return Err(permission_denied(format!(
-            "Account {} does not have permission to deploy VMs for account {name}",
-            call.caller_account().name
+            "Account {} does not have permission to deploy VMs for account {}",
+            call.caller_account().name,
+            call.world.accounts[i].name
         )));
     }
     Ok(i)
@@ -297,15 +291,9 @@ fn world_error(e: WorldError) -> ApiError {
 /// boots after the boot delay with a healthy guest) and answers `{"id", "jobid"}`; the job
 /// succeeds when the VM runs and fails when it lands in `Error`.
 pub fn deploy_virtual_machine(call: &mut Call<'_>) -> Result<Reply, ApiError> {
-    let zone = required(call, "zoneid", |w, v| {
-        w.zones.iter().position(|z| z.id == v)
-    })?;
-    let offering = required(call, "serviceofferingid", |w, v| {
-        w.service_offerings.iter().position(|o| o.id == v)
-    })?;
-    let template = required(call, "templateid", |w, v| {
-        w.templates.iter().position(|t| t.id == v)
-    })?;
+    let zone = required(call, "zoneid", World::zone_by_id)?;
+    let offering = required(call, "serviceofferingid", World::service_offering_by_id)?;
+    let template = required(call, "templateid", World::template_by_id)?;
     let project = project_param(call)?;
     let owner = owner_param(call)?;
     let groups = uuid_list(call, "affinitygroupids", |w, v| w.affinity_group_by_id(v))?;

@@ -323,6 +323,22 @@ impl Network {
     }
 }
 
+/// Names of zones, networks, hosts, accounts, projects and catalogue entries are unique
+/// within their kind.
+fn unique_name<T>(
+    existing: &[T],
+    name_of: impl Fn(&T) -> &String,
+    what: &str,
+    name: &str,
+) -> Result<(), WorldError> {
+    if existing.iter().any(|x| name_of(x) == name) {
+        return Err(WorldError::Conflict(format!(
+            "duplicate {what} name {name:?}"
+        )));
+    }
+    Ok(())
+}
+
 /// Parses `a.b.c.d/len`; returns (network address, prefix).
 pub fn parse_cidr(s: &str) -> Option<(u32, u8)> {
     let (ip, len) = s.split_once('/')?;
@@ -1117,11 +1133,7 @@ impl World {
     }
 
     pub fn add_zone(&mut self, name: &str, id: Option<&str>) -> Result<usize, WorldError> {
-        if self.zones.iter().any(|z| z.name == name) {
-            return Err(WorldError::Conflict(format!(
-                "duplicate zone name {name:?}"
-            )));
-        }
+        unique_name(&self.zones, |z| &z.name, "zone", name)?;
         let id = self.check_id(id, "zone", |i| self.zones.iter().any(|z| z.id == i))?;
         self.zones.push(Zone {
             id,
@@ -1156,11 +1168,7 @@ impl World {
         gateway: Option<&str>,
         kind: NetworkType,
     ) -> Result<usize, WorldError> {
-        if self.networks.iter().any(|n| n.name == name) {
-            return Err(WorldError::Conflict(format!(
-                "duplicate network name {name:?}"
-            )));
-        }
+        unique_name(&self.networks, |n| &n.name, "network", name)?;
         let zone = self.zone_or_first(zone)?;
         let (base, prefix) = parse_cidr(cidr).ok_or_else(|| {
             WorldError::Invalid(format!(
@@ -1214,11 +1222,7 @@ impl World {
         zone: Option<&str>,
         control: HostControl,
     ) -> Result<usize, WorldError> {
-        if self.hosts.iter().any(|h| h.name == name) {
-            return Err(WorldError::Conflict(format!(
-                "duplicate host name {name:?}"
-            )));
-        }
+        unique_name(&self.hosts, |h| &h.name, "host", name)?;
         let zone = self.zone_or_first(zone)?;
         let id = self.check_id(id, "host", |i| self.hosts.iter().any(|h| h.id == i))?;
         self.hosts.push(Host {
@@ -1247,11 +1251,7 @@ impl World {
         role: Option<Role>,
         throttle: Option<Throttle>,
     ) -> Result<usize, WorldError> {
-        if self.accounts.iter().any(|a| a.name == name) {
-            return Err(WorldError::Conflict(format!(
-                "duplicate account name {name:?}"
-            )));
-        }
+        unique_name(&self.accounts, |a| &a.name, "account", name)?;
         if api_key.is_empty() || secret_key.is_empty() {
             return Err(WorldError::Invalid(format!(
                 "account {name:?} needs a non-empty api key and secret key"
@@ -1292,11 +1292,7 @@ impl World {
         id: Option<&str>,
         members: &[String],
     ) -> Result<usize, WorldError> {
-        if self.projects.iter().any(|p| p.name == name) {
-            return Err(WorldError::Conflict(format!(
-                "duplicate project name {name:?}"
-            )));
-        }
+        unique_name(&self.projects, |p| &p.name, "project", name)?;
         let mut m = Vec::new();
         for a in members {
             m.push(self.account_index(a).ok_or_else(|| {
@@ -1342,6 +1338,28 @@ impl World {
             .get(name_or_id)
             .or_else(|| self.by_id.get(name_or_id))
             .copied()
+    }
+
+    // Lookups by UUID alone, as API parameters name objects (`*_index` also take names).
+
+    pub fn zone_by_id(&self, id: &str) -> Option<usize> {
+        self.zones.iter().position(|z| z.id == id)
+    }
+
+    pub fn network_by_id(&self, id: &str) -> Option<usize> {
+        self.networks.iter().position(|n| n.id == id)
+    }
+
+    pub fn service_offering_by_id(&self, id: &str) -> Option<usize> {
+        self.service_offerings.iter().position(|o| o.id == id)
+    }
+
+    pub fn template_by_id(&self, id: &str) -> Option<usize> {
+        self.templates.iter().position(|t| t.id == id)
+    }
+
+    pub fn disk_offering_by_id(&self, id: &str) -> Option<usize> {
+        self.disk_offerings.iter().position(|d| d.id == id)
     }
 
     /// Creates a VM at the current simulated time; returns its index.
@@ -1621,11 +1639,12 @@ impl World {
         memory_mb: u32,
         zones: &[String],
     ) -> Result<usize, WorldError> {
-        if self.service_offerings.iter().any(|o| o.name == name) {
-            return Err(WorldError::Conflict(format!(
-                "duplicate service offering name {name:?}"
-            )));
-        }
+        unique_name(
+            &self.service_offerings,
+            |o| &o.name,
+            "service offering",
+            name,
+        )?;
         if cpu_number == 0 || memory_mb == 0 {
             return Err(WorldError::Invalid(format!(
                 "service offering {name:?} needs at least 1 cpu and 1 MiB of memory"
@@ -1660,11 +1679,7 @@ impl World {
         id: Option<&str>,
         zones: &[String],
     ) -> Result<usize, WorldError> {
-        if self.templates.iter().any(|t| t.name == name) {
-            return Err(WorldError::Conflict(format!(
-                "duplicate template name {name:?}"
-            )));
-        }
+        unique_name(&self.templates, |t| &t.name, "template", name)?;
         let mut zones = self.zone_refs(zones)?;
         if zones.is_empty() {
             zones = (0..self.zones.len()).collect();
@@ -1695,11 +1710,7 @@ impl World {
         customized: bool,
         zones: &[String],
     ) -> Result<usize, WorldError> {
-        if self.disk_offerings.iter().any(|d| d.name == name) {
-            return Err(WorldError::Conflict(format!(
-                "duplicate disk offering name {name:?}"
-            )));
-        }
+        unique_name(&self.disk_offerings, |d| &d.name, "disk offering", name)?;
         if !customized && disk_size_gb == 0 {
             return Err(WorldError::Invalid(format!(
                 "disk offering {name:?} needs a size or customized: true"
@@ -1884,16 +1895,21 @@ impl World {
                 .is_some_and(|h| h.control.collects_stats());
             if vm.advance(t, online, &c) {
                 self.by_name.remove(&vm.name);
-                freed.extend(vm.nic.as_ref().and_then(|n| n.ip.map(|ip| (n.network, ip))));
+                freed.extend(vm.nic_assignment());
             }
         }
-        for (network, ip) in freed {
-            if let Some(n) = self.networks.get_mut(network) {
-                n.release(ip);
-            }
+        for address in freed {
+            self.release_address(address);
         }
         self.now_ms = t;
         self.settle_jobs();
+    }
+
+    /// Returns an expunged VM's NIC address (network index, address) to the network's pool.
+    fn release_address(&mut self, (network, ip): (usize, Ipv4Addr)) {
+        if let Some(n) = self.networks.get_mut(network) {
+            n.release(ip);
+        }
     }
 
     /// Finishes the deploy jobs whose VM is no longer starting.
@@ -1952,12 +1968,10 @@ impl World {
                 vm.removed = true;
                 vm.transition_at = None;
                 let name = vm.name.clone();
-                let freed = vm.nic.as_ref().and_then(|n| n.ip.map(|ip| (n.network, ip)));
+                let freed = vm.nic_assignment();
                 self.by_name.remove(&name);
-                if let Some((network, ip)) = freed {
-                    if let Some(n) = self.networks.get_mut(network) {
-                        n.release(ip);
-                    }
+                if let Some(address) = freed {
+                    self.release_address(address);
                 }
             }
             Fault::HostOffline => {
