@@ -90,18 +90,11 @@ func CollectGarbage(ctx context.Context, c client.Client, namespace string) (int
 
 // RunGarbageCollector collects every interval in the namespaces namespaces() returns.
 func RunGarbageCollector(ctx context.Context, c client.Client, namespaces func() []string, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	Every(ctx, interval, func() {
 		for _, ns := range namespaces() {
 			_, _ = CollectGarbage(ctx, c, ns)
 		}
-	}
+	})
 }
 
 // Leftovers lists "Kind/name" of the managed objects still in the namespace, skipping the

@@ -81,16 +81,7 @@ func NewRecorder(c client.Client, namespace, conditionType string, tl *Timeline)
 
 // Run records until ctx ends.
 func (r *Recorder) Run(ctx context.Context) {
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		_ = r.step(ctx)
-	}
+	Every(ctx, 200*time.Millisecond, func() { _ = r.step(ctx) })
 }
 
 func (r *Recorder) step(ctx context.Context) error {

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	infrav1b3 "sigs.k8s.io/cluster-api-provider-cloudstack/api/v1beta3"
 	clusterv1 "sigs.k8s.io/cluster-api/api/v1beta1"
 )
@@ -103,18 +101,11 @@ func (p *Player) FaultyMachines(namespace string) map[string]Injection {
 
 // Run plays until ctx ends.
 func (p *Player) Run(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	Every(ctx, 250*time.Millisecond, func() {
 		if err := p.step(ctx); err != nil && ctx.Err() == nil {
 			p.logf("", "player: %v", err)
 		}
-	}
+	})
 }
 
 func (p *Player) logf(namespace, format string, args ...any) {
@@ -284,5 +275,3 @@ func IsControlPlane(m *clusterv1.Machine) bool {
 	_, ok := m.Labels[clusterv1.MachineControlPlaneLabel]
 	return ok
 }
-
-var _ = client.ObjectKey{}

@@ -199,3 +199,17 @@ func WaitFor(ctx context.Context, timeout, interval time.Duration, what string, 
 		}
 	}
 }
+
+// Every calls fn every interval until ctx ends.
+func Every(ctx context.Context, interval time.Duration, fn func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fn()
+	}
+}
