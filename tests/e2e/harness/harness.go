@@ -63,6 +63,10 @@ func Start(ctx context.Context, out io.Writer) (*Harness, error) {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger) // client-go's reflector warnings too
 
+	// KCP's etcd client logs its retries to stderr at warn level; keep them out of the timeline.
+	if os.Getenv("ETCD_CLIENT_DEBUG") == "" {
+		_ = os.Setenv("ETCD_CLIENT_DEBUG", "error")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	h := &Harness{Root: root, OutDir: outDir, Out: out, cancel: cancel, active: map[string]bool{}}
 	fail := func(err error) (*Harness, error) { h.Stop(); return nil, err }

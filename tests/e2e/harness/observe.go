@@ -62,6 +62,13 @@ type MachineRecord struct {
 	lastShim     string
 }
 
+// Remediated reports whether the Machine was deleted because a MachineHealthCheck found it
+// unhealthy (and not by a rollout, a scale-down or the cluster's deletion): the MHC's verdict
+// came first. Both can be seen in the same poll, hence "not after".
+func (m *MachineRecord) Remediated() bool {
+	return !m.Deleting.IsZero() && !m.MHCUnhealthy.IsZero() && !m.MHCUnhealthy.After(m.Deleting)
+}
+
 // Recorder watches one namespace's Machines and writes their transitions to the timeline.
 type Recorder struct {
 	c             client.Client
@@ -132,7 +139,11 @@ func (r *Recorder) step(ctx context.Context) error {
 		}
 		if !m.DeletionTimestamp.IsZero() && rec.Deleting.IsZero() {
 			rec.Deleting = now
-			r.tl.Add(fmt.Sprintf("Machine %s is being deleted by its owner", m.Name))
+			why := "rollout, scale-down or cluster deletion"
+			if rec.Remediated() {
+				why = "remediation"
+			}
+			r.tl.Add(fmt.Sprintf("Machine %s is being deleted by its owner (%s)", m.Name, why))
 		}
 	}
 	for name, rec := range r.machines {

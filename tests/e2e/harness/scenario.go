@@ -73,7 +73,7 @@ type Row struct {
 	SecondsToReady        *float64 `json:"seconds_to_ready"`
 	SecondsFaultToRecycle *float64 `json:"seconds_fault_to_recycle"`
 	TimeScale             float64  `json:"time_scale"`
-	RecycledMachines      int      `json:"recycled_machines"`
+	RecycledMachines      int      `json:"recycled_machines"` // deleted by their owner after an MHC found them unhealthy
 	FalseRecycles         int      `json:"false_recycles"`
 	OrphanVMs             int      `json:"orphan_vms"`
 	LeftoverObjects       int      `json:"leftover_objects"`
@@ -258,7 +258,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	}
 	var firstRecycle *float64
 	for _, m := range rec.Machines() {
-		if m.Deleting.IsZero() || m.Deleting.After(teardown) {
+		if !m.Remediated() || m.Deleting.After(teardown) {
 			continue
 		}
 		row.RecycledMachines++
