@@ -30,7 +30,7 @@ test: test-rust test-conformance test-e2e
 
 ## The e2e harness is a Go module of its own (tests/e2e); Go fetches its modules from the proxy.
 E2E_GO := cd tests/e2e && GOFLAGS=-mod=mod GOWORK=off $(GO)
-E2E_CI_SCENARIOS ?= TestManagement|TestScenario1|TestScenario3|TestScenario7
+E2E_CI_SCENARIOS ?= TestManagement|TestScenario1WorkerNICDown|TestScenario3FirstControlPlaneNICDown|TestScenario7APIOutageAnd429
 
 ## compile the e2e packages and test binaries once (cached by Go), so test time is test time
 e2e-build:

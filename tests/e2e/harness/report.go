@@ -76,13 +76,13 @@ func Markdown(rows []Row) string {
 	fmt.Fprintf(&b, "Real CAPI v1.9.6 (core, KCP, CABPK) and CAPC v0.6.1 controllers in one process against a real kube-apiserver; cloudstack-sim as CloudStack; CAPI's in-memory API servers as workload clusters; the shim as its own process.\n\n")
 	fmt.Fprintf(&b, "Time scale %.2f: every default duration is multiplied by it (CloudStack stats 60 s → %.0f s, VM boot 30 s → 3 s, MHC nodeStartupTimeout 10 min → %.0f s (baseline) and 30 min → %.0f s (recommended, with the shim), the shim's poll interval, escalation delay and graces). CAPI's and CAPC's own requeue timers run unscaled.\n\n",
 		TimeScale, 60*TimeScale, 600*TimeScale, 1800*TimeScale)
-	fmt.Fprintf(&b, "| scenario | mode | MHC | converged | s to ready | s fault→recycle | recycled | false recycles | orphan VMs | leftover objects | faults | shim False verdicts |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| scenario | mode | MHC | converged | s to ready | s fault→recycle | recycled | false recycles | orphan VMs | leftover objects | faults | shim False verdicts | CloudStack errors |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %v | %s | %s | %d | %d | %d | %d | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %v | %s | %s | %d | %d | %d | %d | %s | %s | %s |\n",
 			r.Scenario, r.Mode, r.MHC, r.Converged, f1(r.SecondsToReady), f1(r.SecondsFaultToRecycle),
 			r.RecycledMachines, r.FalseRecycles, r.OrphanVMs, r.LeftoverObjects,
-			strings.Join(r.Faults, "; "), strings.Join(r.ShimVerdicts, "; "))
+			strings.Join(r.Faults, "; "), strings.Join(r.ShimVerdicts, "; "), errorCounts(r.CloudStackResults))
 	}
 	fmt.Fprintf(&b, "\n## Fault → recycle, shim vs baseline (goal: ratio ≤ 0.5)\n\n| scenario | shim s | baseline s | ratio |\n|---|---|---|---|\n")
 	for _, r := range rows {
@@ -96,4 +96,20 @@ func Markdown(rows []Row) string {
 		}
 	}
 	return b.String()
+}
+
+// errorCounts renders the non-200 answers as "429×3, 503×12".
+func errorCounts(results map[string]int) string {
+	var keys []string
+	for k := range results {
+		if k != "200" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s×%d", k, results[k]))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -80,8 +80,11 @@ type Row struct {
 	Faults                []string `json:"faults"`
 	ShimVerdicts          []string `json:"shim_verdicts,omitempty"`
 	DeadlineSeconds       float64  `json:"deadline_seconds"`
-	Timeline              string   `json:"timeline"`
-	Notes                 []string `json:"notes,omitempty"`
+	// CloudStackResults counts the simulator's answers by HTTP status while the run was
+	// converging (all accounts; exact for runs that have the simulator to themselves).
+	CloudStackResults map[string]int `json:"cloudstack_results"`
+	Timeline          string         `json:"timeline"`
+	Notes             []string       `json:"notes,omitempty"`
 }
 
 func secs(d time.Duration) *float64 {
@@ -198,6 +201,10 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	if err := CreateAll(ctx, c, userObjs...); err != nil {
 		return row, err
 	}
+	callsBefore, err := h.Sim.Calls(ctx)
+	if err != nil {
+		return row, err
+	}
 	start := time.Now()
 	duringErr := make(chan error, 1)
 	if sc.During != nil {
@@ -239,6 +246,9 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	if shim != nil {
 		row.ShimVerdicts = shimSummary(rec)
 	}
+	if callsAfter, err := h.Sim.Calls(ctx); err == nil {
+		row.CloudStackResults = resultDelta(callsBefore, callsAfter)
+	}
 	if h.OnSettled != nil {
 		h.OnSettled(ctx, rc)
 	}
@@ -258,11 +268,13 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	}
 	var firstRecycle *float64
 	for _, m := range rec.Machines() {
-		if !m.Remediated() || m.Deleting.After(teardown) {
+		inj, broken := faulty[m.Name]
+		// A faulty Machine's deletion is its recycle whoever asked for it (CAPC deletes Machines
+		// whose VM it sees in Error); a healthy one's only when an MHC asked (not a rollout).
+		if m.Deleting.IsZero() || m.Deleting.After(teardown) || (!broken && !m.Remediated()) {
 			continue
 		}
 		row.RecycledMachines++
-		inj, broken := faulty[m.Name]
 		if !broken {
 			row.FalseRecycles++
 			row.Notes = append(row.Notes, "false recycle: "+m.Name)
@@ -372,4 +384,31 @@ func (h *Harness) orphanVMs(ctx context.Context, cluster string, live bool) (int
 		}
 	}
 	return n, nil
+}
+
+// resultDelta sums GET /sim/calls answers by result (HTTP status) between two snapshots.
+func resultDelta(before, after map[string]any) map[string]int {
+	sum := func(calls map[string]any) map[string]int {
+		out := map[string]int{}
+		byCommand, _ := calls["by_command"].(map[string]any)
+		for _, results := range byCommand {
+			r, _ := results.(map[string]any)
+			for status, n := range r {
+				if f, ok := n.(float64); ok {
+					out[status] += int(f)
+				}
+			}
+		}
+		return out
+	}
+	b, a := sum(before), sum(after)
+	for k, v := range b {
+		a[k] -= v
+	}
+	for k, v := range a {
+		if v == 0 {
+			delete(a, k)
+		}
+	}
+	return a
 }

@@ -37,6 +37,13 @@ var (
 			return []*FaultRule{{Describe: "first control-plane VM, right after boot", Match: nth(IsControlPlane, 0), Fault: "nic-down", Count: 1}}
 		},
 	}
+	ScenarioFirstCPError = Scenario{
+		Key: "3b-first-cp-error", Title: "the first control-plane VM (the endpoint) goes to Error right after boot, before kubeadm init",
+		ControlPlanes: 1, Workers: 1, Deadline: 5 * time.Minute,
+		Faults: func() []*FaultRule {
+			return []*FaultRule{{Describe: "first control-plane VM, right after boot", Match: nth(IsControlPlane, 0), Fault: "error", Count: 1}}
+		},
+	}
 	ScenarioServicesFail = Scenario{
 		Key: "4-services-fail", Title: "a worker VM with working network whose services fail (never joins)",
 		ControlPlanes: 1, Workers: 1, Deadline: 7 * time.Minute,

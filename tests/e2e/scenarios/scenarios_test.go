@@ -49,6 +49,13 @@ func TestScenario3FirstControlPlaneNICDown(t *testing.T) {
 	requireRecycled(t, "baseline", rows[baseRun])
 }
 
+// The Error variant of scenario 3 (make e2e only).
+func TestScenario3FirstControlPlaneError(t *testing.T) {
+	rows := run(t, harness.ScenarioFirstCPError, runs(withShim, baseline)...)
+	requireRecycled(t, "shim", rows[shimRun])
+	requireRecycled(t, "baseline", rows[baseRun])
+}
+
 func TestScenario7APIOutageAnd429(t *testing.T) {
 	// One run at a time: the outage is the simulator's, so concurrent runs would share it.
 	for _, r := range runs(withShim, baseline) {
@@ -58,6 +65,11 @@ func TestScenario7APIOutageAnd429(t *testing.T) {
 			t.Errorf("%s: did not converge after the outage: %v", r[0], row.Notes)
 		}
 		if r[0] == shimMode {
+			// The outage and the storm reached the shim (its read-only key is throttled; CAPC's
+			// root-admin key is exempt, as in CloudStack).
+			if row.CloudStackResults["503"] == 0 || row.CloudStackResults["429"] == 0 {
+				t.Errorf("shim run saw no outage or no 429s: %v", row.CloudStackResults)
+			}
 			if row.RecycledMachines != 0 || len(row.ShimVerdicts) != 0 {
 				t.Errorf("shim: recycled %d, False verdicts %v during an API outage", row.RecycledMachines, row.ShimVerdicts)
 			}
