@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -82,13 +83,31 @@ func Start(ctx context.Context, out io.Writer) (*Harness, error) {
 	if h.Mgmt, err = StartManagement(ctx, h.API.Kubeconfig, logDir); err != nil {
 		return fail(err)
 	}
-	if h.Workloads, err = StartWorkloads(ctx, 31000, 31999, 30999); err != nil {
+	base, err := portBase()
+	if err != nil {
+		return fail(err)
+	}
+	if h.Workloads, err = StartWorkloads(ctx, base, base+999, base-1); err != nil {
 		return fail(err)
 	}
 	h.Player = NewPlayer(h.Mgmt, h.Sim, h.Workloads, GuestTiming{Init: Scaled(30 * time.Second), Join: Scaled(20 * time.Second)})
 	go h.Player.Run(ctx)
 	go RunGarbageCollector(ctx, h.Mgmt.Direct, h.namespaces, time.Second)
 	return h, nil
+}
+
+// portBase is where the workload clusters' listeners start (CAPC_E2E_PORT_BASE, default 31000:
+// listeners on 31000–31998, the mux's debug listener on 30999), so two harnesses can run at once.
+func portBase() (int, error) {
+	v := os.Getenv("CAPC_E2E_PORT_BASE")
+	if v == "" {
+		return 31000, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1025 || n > 64000 {
+		return 0, fmt.Errorf("CAPC_E2E_PORT_BASE=%q: want a port number between 1025 and 64000", v)
+	}
+	return n, nil
 }
 
 func (h *Harness) progress(format string, args ...any) {
