@@ -38,7 +38,7 @@ e2e-build:
 	$(E2E_GO) test -count=1 -exec /bin/true ./... >/dev/null
 
 test-e2e: build apiserver-runner e2e-build
-	$(E2E_GO) test -count=1 -timeout 60m ./simapi/
+	$(E2E_GO) test -count=1 -timeout 60m ./harness/ ./simapi/
 	$(E2E_GO) test -count=1 -timeout 60m -v -run '$(E2E_CI_SCENARIOS)' ./scenarios/
 
 ## make e2e: every seed scenario with its baseline; writes target/e2e/report.json and report.md

@@ -258,33 +258,10 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	}
 
 	// Score before teardown: what was recycled, and was it broken?
-	teardown := time.Now()
-	faulty := map[string]Injection{}
-	for _, inj := range h.Player.Injections(ns) {
-		row.Faults = append(row.Faults, fmt.Sprintf("%s on %s", inj.Fault, inj.Machine))
-		if !benignFault(inj.Fault) {
-			faulty[inj.Machine] = inj
-		}
-	}
-	var firstRecycle *float64
-	for _, m := range rec.Machines() {
-		inj, broken := faulty[m.Name]
-		// A faulty Machine's deletion is its recycle whoever asked for it (CAPC deletes Machines
-		// whose VM it sees in Error); a healthy one's only when an MHC asked (not a rollout).
-		if m.Deleting.IsZero() || m.Deleting.After(teardown) || (!broken && !m.Remediated()) {
-			continue
-		}
-		row.RecycledMachines++
-		if !broken {
-			row.FalseRecycles++
-			row.Notes = append(row.Notes, "false recycle: "+m.Name)
-			continue
-		}
-		if d := m.Deleting.Sub(inj.At); firstRecycle == nil || d.Seconds() < *firstRecycle {
-			firstRecycle = secs(d)
-		}
-	}
-	row.SecondsFaultToRecycle = firstRecycle
+	score := ScoreRecycles(h.Player.Injections(ns), rec.Machines(), time.Now())
+	row.Faults, row.RecycledMachines, row.FalseRecycles = score.Faults, score.Recycled, score.FalseRecycles
+	row.SecondsFaultToRecycle = score.FirstFaultToRecycle
+	row.Notes = append(row.Notes, score.Notes...)
 	if shim != nil {
 		if err := shim.Stop(); err != nil {
 			row.Notes = append(row.Notes, fmt.Sprintf("shim exit: %v", err))
@@ -292,17 +269,77 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		shim = nil
 	}
 
-	// Teardown as a user would: delete the Cluster, wait, then the objects they applied.
-	tl.Add("deleting cluster " + cluster)
-	if err := c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cluster}}); err != nil && !apierrors.IsNotFound(err) {
+	leftovers, orphansAfter, notes, err := h.teardown(ctx, rc, userObjs)
+	if err != nil {
 		return row, err
+	}
+	row.LeftoverObjects = len(leftovers)
+	row.Notes = append(row.Notes, notes...)
+	row.OrphanVMs = orphansLive + orphansAfter
+	tl.Add(fmt.Sprintf("cluster deleted: %d leftover objects, %d orphan VMs", row.LeftoverObjects, row.OrphanVMs))
+	row.Timeline = filepath.Join(h.OutDir, "timelines", ns+".txt")
+	if err := os.MkdirAll(filepath.Dir(row.Timeline), 0o755); err == nil {
+		_ = os.WriteFile(row.Timeline, []byte(strings.Join(tl.Entries(), "\n")+"\n"), 0o644)
+	}
+	return row, nil
+}
+
+// Score is what a run recycled.
+type Score struct {
+	Faults              []string
+	Recycled            int
+	FalseRecycles       int
+	FirstFaultToRecycle *float64
+	Notes               []string
+}
+
+// ScoreRecycles decides what counts as a recycle among the Machines deleted before teardown
+// began: a faulty Machine's deletion whoever asked for it (CAPC itself deletes Machines whose VM
+// it sees in Error), a healthy Machine's only when an MHC found it unhealthy first — a false
+// recycle; Machines replaced by a rollout or a scale-down are not recycles.
+func ScoreRecycles(injections []Injection, machines []MachineRecord, teardown time.Time) Score {
+	var s Score
+	faulty := map[string]Injection{}
+	for _, inj := range injections {
+		s.Faults = append(s.Faults, fmt.Sprintf("%s on %s", inj.Fault, inj.Machine))
+		if !benignFault(inj.Fault) {
+			faulty[inj.Machine] = inj
+		}
+	}
+	for _, m := range machines {
+		inj, broken := faulty[m.Name]
+		if m.Deleting.IsZero() || m.Deleting.After(teardown) || (!broken && !m.Remediated()) {
+			continue
+		}
+		s.Recycled++
+		if !broken {
+			s.FalseRecycles++
+			s.Notes = append(s.Notes, "false recycle: "+m.Name)
+			continue
+		}
+		if d := m.Deleting.Sub(inj.At); s.FirstFaultToRecycle == nil || d.Seconds() < *s.FirstFaultToRecycle {
+			s.FirstFaultToRecycle = secs(d)
+		}
+	}
+	return s
+}
+
+// teardown does what a user does: delete the Cluster and wait for it, then delete the objects
+// they applied. It returns the managed objects left behind, the cluster's VMs still alive, and
+// notes on what did not finish.
+func (h *Harness) teardown(ctx context.Context, rc *RunContext, userObjs []client.Object) ([]string, int, []string, error) {
+	c, ns, cluster := h.Mgmt.Client, rc.Namespace, rc.Cluster
+	var notes []string
+	rc.TL.Add("deleting cluster " + cluster)
+	if err := c.Delete(ctx, &clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: cluster}}); err != nil && !apierrors.IsNotFound(err) {
+		return nil, 0, nil, err
 	}
 	gone := WaitFor(ctx, 3*time.Minute, time.Second, "cluster deleted", func() (bool, error) {
 		err := h.Mgmt.Direct.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster}, &clusterv1.Cluster{})
 		return apierrors.IsNotFound(err), nil
 	})
 	if gone != nil {
-		row.Notes = append(row.Notes, gone.Error())
+		notes = append(notes, gone.Error())
 	}
 	userSecrets := map[string]bool{CredentialsSecret: true, ShimSecret: true}
 	var leftovers []string
@@ -311,29 +348,21 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		leftovers = l
 		return err == nil && len(l) == 0, err
 	})
-	row.LeftoverObjects = len(leftovers)
 	for _, l := range leftovers {
-		row.Notes = append(row.Notes, "leftover: "+l)
+		notes = append(notes, "leftover: "+l)
 	}
 	for _, o := range userObjs {
-		if _, isCluster := o.(*clusterv1.Cluster); isCluster {
-			continue
+		if _, isCluster := o.(*clusterv1.Cluster); !isCluster {
+			_ = c.Delete(ctx, o)
 		}
-		_ = c.Delete(ctx, o)
 	}
-	var orphansAfter int
+	var orphans int
 	_ = WaitFor(ctx, 20*time.Second, time.Second, "VMs gone", func() (bool, error) {
 		n, err := h.orphanVMs(ctx, cluster, false)
-		orphansAfter = n
+		orphans = n
 		return err == nil && n == 0, err
 	})
-	row.OrphanVMs = orphansLive + orphansAfter
-	tl.Add(fmt.Sprintf("cluster deleted: %d leftover objects, %d orphan VMs", row.LeftoverObjects, row.OrphanVMs))
-	row.Timeline = filepath.Join(h.OutDir, "timelines", ns+".txt")
-	if err := os.MkdirAll(filepath.Dir(row.Timeline), 0o755); err == nil {
-		_ = os.WriteFile(row.Timeline, []byte(strings.Join(tl.Entries(), "\n")+"\n"), 0o644)
-	}
-	return row, nil
+	return leftovers, orphans, notes, nil
 }
 
 // benignFault marks behaviours that are not failures (a slow but healthy boot).
