@@ -80,7 +80,7 @@ func Start(ctx context.Context, out io.Writer) (*Harness, error) {
 		return fail(err)
 	}
 	h.progress("starting the CAPI core, KCP, CABPK and CAPC controllers with their webhooks")
-	if h.Mgmt, err = StartManagement(ctx, h.API.Kubeconfig, logDir); err != nil {
+	if h.Mgmt, err = StartManagement(ctx, h.API.Kubeconfig); err != nil {
 		return fail(err)
 	}
 	base, err := portBase()

@@ -192,7 +192,7 @@ func convertibleCRDs(ctx context.Context, c client.Client) ([]*apiextensionsv1.C
 
 // StartManagement connects to the API server behind kubeconfig, installs webhooks and
 // conversion, and runs the controllers until Stop.
-func StartManagement(ctx context.Context, kubeconfig string, logDir string) (*Management, error) {
+func StartManagement(ctx context.Context, kubeconfig string) (*Management, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/v1beta1"
@@ -74,7 +75,7 @@ func apiOutageThen429(ctx context.Context, r *RunContext) error {
 			return false, err
 		}
 		for _, v := range vms {
-			if v.State == "Running" && len(v.Name) > len(r.Cluster) && v.Name[:len(r.Cluster)+1] == r.Cluster+"-" {
+			if v.State == "Running" && strings.HasPrefix(v.Name, r.Cluster+"-") {
 				return true, nil
 			}
 		}
