@@ -392,6 +392,9 @@ pub struct Host {
     pub name: String,
     pub zone: usize,
     pub control: HostControl,
+    /// The stats collector misses this host although it is connected (a stats gap): its
+    /// VMs' counters stay at their last sample and no new samples are kept.
+    pub stats_collection_paused: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -1230,6 +1233,7 @@ impl World {
             name: name.to_string(),
             zone,
             control,
+            stats_collection_paused: false,
         });
         Ok(self.hosts.len() - 1)
     }
@@ -1892,7 +1896,7 @@ impl World {
         for vm in self.vms.iter_mut() {
             let online = hosts
                 .get(vm.host)
-                .is_some_and(|h| h.control.collects_stats());
+                .is_some_and(|h| h.control.collects_stats() && !h.stats_collection_paused);
             if vm.advance(t, online, &c) {
                 self.by_name.remove(&vm.name);
                 freed.extend(vm.nic_assignment());
@@ -2148,6 +2152,23 @@ mod tests {
         w.clear_faults_now(a);
         assert_eq!(w.hosts[0].control, HostControl::Enabled);
         w.advance_to(T0 + 320_000);
+        assert!(w.vm(a).unwrap().last_sample.unwrap().tx_kib > before.unwrap().tx_kib);
+    }
+
+    #[test]
+    fn a_stats_gap_keeps_the_host_connected_and_the_counters_flat() {
+        let mut w = world();
+        let a = w.add_vm(&VmSpec::new("a")).unwrap();
+        w.advance_to(T0 + 120_000);
+        w.hosts[0].stats_collection_paused = true;
+        let before = w.vm(a).unwrap().last_sample;
+        let kept = w.vm(a).unwrap().history.len();
+        w.advance_to(T0 + 400_000);
+        assert_eq!(w.vm(a).unwrap().last_sample, before);
+        assert_eq!(w.vm(a).unwrap().history.len(), kept);
+        assert_eq!(w.hosts[0].control, HostControl::Enabled);
+        w.hosts[0].stats_collection_paused = false;
+        w.advance_to(T0 + 460_000);
         assert!(w.vm(a).unwrap().last_sample.unwrap().tx_kib > before.unwrap().tx_kib);
     }
 
