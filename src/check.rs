@@ -169,6 +169,14 @@ impl Checker {
         &self.client
     }
 
+    /// Stops judging a VM (its Machine is gone), as the controller drops the histories of
+    /// Machines it no longer sees. Returns whether the VM was tracked. (A checker that
+    /// tracks every listed VM picks it up again at the next listing.)
+    pub fn forget(&mut self, vm_id: &str) -> bool {
+        self.conditions.remove(vm_id);
+        self.observer.histories.remove(vm_id).is_some()
+    }
+
     /// Polls the scope once and folds the result into every VM's history.
     pub async fn poll(&mut self, now: Timestamp) -> PollReport {
         let o = crate::scope::poll(
