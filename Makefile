@@ -54,9 +54,12 @@ test-rust: apiserver-runner
 test-conformance: build
 	$(PYTHON) -m pytest -q tests/conformance
 
-## make bench: benchmarks; writes target/bench/cloudstack.json
+## make bench: benchmarks (measurements, never tests); micro-benchmarks → target/bench/cloudstack.json,
+## then scale and speed against per-Machine polling and the MHC timer (simulated time, about a minute)
+## → target/bench/report.json and report.md (which include the micro-benchmarks)
 bench:
 	$(CARGO) bench --bench cloudstack
+	$(CARGO) bench --bench scale
 
 ## make apiserver: a real etcd + kube-apiserver on loopback with the CAPI/CAPC CRDs, in the foreground
 ## (Ctrl-C stops it). Ready when target/apiserver/kubeconfig exists. APISERVER_PROFILE=capi-1.13 for

@@ -1,0 +1,159 @@
+//! Part 1: CloudStack API load of the shim's batch polling against a per-Machine poller,
+//! counted by the simulator (every HTTP request it answered, by command).
+
+use capc_health_shim::cloudstack::model::VirtualMachine;
+use futures::stream::{self, StreamExt};
+
+use crate::fleet::{poll_all, ratio, Fleet, FleetPlan, SHIM_INTERVAL_SECS};
+
+/// The per-Machine baseline: one `listVirtualMachinesMetrics id=…` per Machine every 5 s
+/// (the pattern of CAPC's old state checker).
+pub const PER_MACHINE_INTERVAL_SECS: i64 = 5;
+/// CloudStack's default (and the shim's) page size.
+pub const PAGE_SIZE: usize = 500;
+
+/// Concurrent requests of the per-Machine baseline (it only shortens the wall time).
+const BASELINE_CONCURRENCY: usize = 8;
+const WARMUP_CYCLES: usize = 6;
+const MEASURED_CYCLES: u64 = 10;
+
+#[derive(Debug, Clone)]
+pub struct LoadRow {
+    pub vms: usize,
+    pub scopes: usize,
+    pub shim_calls_per_cycle: f64,
+    pub shim_calls_per_machine_hour: f64,
+    /// One page per 500 VMs per scope per interval.
+    pub floor_calls_per_cycle: f64,
+    pub floor_calls_per_machine_hour: f64,
+    pub baseline_calls_per_cycle: f64,
+    pub baseline_calls_per_machine_hour: f64,
+    /// Baseline calls that failed (should be 0; a failed call is still a call).
+    pub baseline_errors: u64,
+    /// Shim verdicts that were not `True` at the end (a healthy fleet: should be 0).
+    pub shim_not_true: usize,
+    pub shim_commands: String,
+}
+
+impl LoadRow {
+    pub fn ratio(&self) -> f64 {
+        ratio(
+            self.baseline_calls_per_machine_hour,
+            self.shim_calls_per_machine_hour,
+        )
+    }
+}
+
+/// Calls per machine-hour of a poller making `per_cycle` calls every `interval_secs` for `vms`.
+pub fn per_machine_hour(per_cycle: f64, interval_secs: i64, vms: usize) -> f64 {
+    ratio(per_cycle * 3600.0 / interval_secs as f64, vms as f64)
+}
+
+/// One page per 500 VMs (rounded up) per scope.
+pub fn floor_pages_per_cycle(vms: usize, scopes: usize) -> usize {
+    let per_scope = vms.div_ceil(scopes.max(1));
+    scopes * per_scope.div_ceil(PAGE_SIZE).max(1)
+}
+
+async fn shim_cycles(fleet: &Fleet) -> (f64, usize, String) {
+    let mut checkers = fleet.checkers();
+    for _ in 0..WARMUP_CYCLES {
+        fleet.sim.advance(SHIM_INTERVAL_SECS as f64);
+        poll_all(&mut checkers, fleet.now()).await;
+    }
+    let before = fleet.calls_by_command();
+    let mut last = Vec::new();
+    for _ in 0..MEASURED_CYCLES {
+        fleet.sim.advance(SHIM_INTERVAL_SECS as f64);
+        last = poll_all(&mut checkers, fleet.now()).await;
+    }
+    let after = fleet.calls_by_command();
+    let mut total = 0u64;
+    let mut commands = Vec::new();
+    for (command, n) in &after {
+        let d = n - before.get(command).copied().unwrap_or(0);
+        if d > 0 {
+            total += d;
+            commands.push(format!(
+                "{command} {:.1}",
+                d as f64 / MEASURED_CYCLES as f64
+            ));
+        }
+    }
+    let not_true = last
+        .iter()
+        .filter(|r| r.verdict != capc_health_shim::verdict::Status::True)
+        .count();
+    (
+        total as f64 / MEASURED_CYCLES as f64,
+        not_true,
+        commands.join(", "),
+    )
+}
+
+/// One 5 s round of the per-Machine baseline: returns (calls, failed calls).
+async fn baseline_round(fleet: &Fleet) -> (u64, u64) {
+    let client = fleet.client();
+    let before = fleet.calls_total();
+    let targets: Vec<(String, String)> = fleet
+        .vms
+        .iter()
+        .map(|(id, scope, _)| (id.clone(), fleet.scopes[*scope].project_id.clone()))
+        .collect();
+    let errors = stream::iter(targets.iter())
+        .map(|(id, project)| {
+            let client = &client;
+            async move {
+                client
+                    .list::<VirtualMachine>(
+                        "listVirtualMachinesMetrics",
+                        "virtualmachine",
+                        &[("id", id), ("projectid", project)],
+                    )
+                    .await
+                    .map(|l| l.items.len() == 1)
+                    .unwrap_or(false)
+            }
+        })
+        .buffer_unordered(BASELINE_CONCURRENCY)
+        .filter(|found| std::future::ready(!found))
+        .count()
+        .await;
+    (fleet.calls_total() - before, errors as u64)
+}
+
+pub async fn measure(vms: usize, scopes: usize) -> Result<LoadRow, String> {
+    let hosts = 20.min(vms);
+    let fleet = Fleet::start(&FleetPlan::running(vms, scopes, hosts)).await?;
+    let (shim_per_cycle, not_true, commands) = shim_cycles(&fleet).await;
+    // Few rounds at 10 000 VMs: each round is 10 000 HTTP requests.
+    let rounds: u64 = if vms >= 10_000 { 1 } else { 3 };
+    let mut calls = 0;
+    let mut errors = 0;
+    for _ in 0..rounds {
+        fleet.sim.advance(PER_MACHINE_INTERVAL_SECS as f64);
+        let (c, e) = baseline_round(&fleet).await;
+        calls += c;
+        errors += e;
+    }
+    fleet.stop().await;
+    let baseline_per_cycle = calls as f64 / rounds as f64;
+    let floor = floor_pages_per_cycle(vms, scopes) as f64;
+    Ok(LoadRow {
+        vms,
+        scopes,
+        shim_calls_per_cycle: shim_per_cycle,
+        shim_calls_per_machine_hour: per_machine_hour(shim_per_cycle, SHIM_INTERVAL_SECS, vms),
+        floor_calls_per_cycle: floor,
+        floor_calls_per_machine_hour: per_machine_hour(floor, SHIM_INTERVAL_SECS, vms),
+        baseline_calls_per_cycle: baseline_per_cycle,
+        baseline_calls_per_machine_hour: per_machine_hour(
+            baseline_per_cycle,
+            PER_MACHINE_INTERVAL_SECS,
+            vms,
+        ),
+        baseline_errors: errors,
+        shim_not_true: not_true,
+        shim_commands: commands,
+    })
+}

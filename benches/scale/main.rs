@@ -1,0 +1,99 @@
+//! `make bench`, part two: scale and speed against per-Machine polling and the MHC timer
+//! (issue 7). Runs the shim's real polling code (`check`'s `Checker`: `scope::poll`, the
+//! verdict engine, the mass-failure guard, condition transitions) against an in-process
+//! `cloudstack-sim` on loopback whose clock is frozen and moved in lockstep with the shim's
+//! `now`, so hours of simulated time take seconds. Writes `target/bench/report.json` (flat
+//! `{"name": value}` pairs, units in the names, including the micro-benchmarks of
+//! `target/bench/cloudstack.json` when that file exists) and `target/bench/report.md`.
+//!
+//! These are measurements, not tests: nothing here asserts a speed.
+
+mod fleet;
+mod load;
+mod precision;
+mod report;
+mod verdict_time;
+
+use std::time::Instant;
+
+use report::Report;
+
+/// Fleet sizes and scope counts of part 1.
+const LOAD_SIZES: [usize; 3] = [100, 1_000, 10_000];
+const LOAD_SCOPES: [usize; 2] = [1, 10];
+const SEED: u64 = 7;
+
+fn main() {
+    let started = Instant::now();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut report = Report::default();
+    rt.block_on(async {
+        let mut rows = Vec::new();
+        for vms in LOAD_SIZES {
+            for scopes in LOAD_SCOPES {
+                let t = Instant::now();
+                match load::measure(vms, scopes).await {
+                    Ok(row) => {
+                        eprintln!(
+                            "load: {vms} VMs / {scopes} scope(s): shim {:.1} calls per cycle, \
+                             per-Machine poller {:.0} per 5 s ({:.1} s)",
+                            row.shim_calls_per_cycle,
+                            row.baseline_calls_per_cycle,
+                            t.elapsed().as_secs_f64()
+                        );
+                        rows.push(row);
+                    }
+                    Err(e) => eprintln!("load: {vms} VMs / {scopes} scope(s) skipped: {e}"),
+                }
+            }
+        }
+        report.add_load(&rows);
+
+        let mut kinds = Vec::new();
+        for (i, fault) in verdict_time::FAULT_KINDS.into_iter().enumerate() {
+            let t = Instant::now();
+            match verdict_time::measure(fault, SEED + i as u64).await {
+                Ok(k) => {
+                    eprintln!(
+                        "time to verdict: {}: {} of {} detected ({:.1} s)",
+                        fault.as_str(),
+                        k.seconds_to_false.len(),
+                        k.injected,
+                        t.elapsed().as_secs_f64()
+                    );
+                    kinds.push(k);
+                }
+                Err(e) => eprintln!("time to verdict: {} skipped: {e}", fault.as_str()),
+            }
+        }
+        report.add_verdict_times(&kinds);
+
+        let t = Instant::now();
+        match precision::measure(SEED).await {
+            Ok(p) => {
+                eprintln!(
+                    "precision: {} false False, {} missed of {} faults ({:.1} s)",
+                    p.false_false,
+                    p.missed,
+                    p.real_faults,
+                    t.elapsed().as_secs_f64()
+                );
+                report.add_precision(&p);
+            }
+            Err(e) => eprintln!("precision skipped: {e}"),
+        }
+    });
+    report.add_micro_benchmarks("target/bench/cloudstack.json");
+    report.set("bench_scale_wall_seconds", started.elapsed().as_secs_f64());
+    match report.write("target/bench") {
+        Ok(()) => println!(
+            "{}\nwritten to target/bench/report.json and target/bench/report.md",
+            report.markdown()
+        ),
+        Err(e) => eprintln!("cannot write the report: {e}"),
+    }
+}

@@ -1,0 +1,256 @@
+//! Part 3: precision on a mixed fleet. 1 000 VMs in 10 scopes on 50 hosts, with
+//! heavy-tailed but healthy boots (Pareto-distributed `Starting` times up to 12 min, and for
+//! 30 % of them a Pareto-distributed slow-boot phase of trickling but rising traffic up to
+//! 20 min), two stats gaps (the collector misses a connected host for 8 and 3 min), one host
+//! offline for 6 min and back, a 3 min API outage, and 120 real faults (20 each of nic-down,
+//! error, stop, vanish, detach-nic, no-address) at random times on VMs of the other hosts.
+//! Counts: healthy VMs ever published `False` (false `False`) and faulted VMs never
+//! published `False` (missed faults). Simulated time, seeded RNG.
+//!
+//! Recycling is modelled, or faults would pile up in a way no cluster shows: a Machine whose
+//! VM is published `False` is recycled at once (the shim stops judging it, as the controller
+//! does when a Machine goes away), and one whose `False` the mass-failure guard holds is
+//! recycled by the MHC timer ([`MHC_NODE_STARTUP_TIMEOUT_SECS`] after the hold began) and
+//! counts as missed by the shim.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use capc_health_shim::sim::{ApiFaults, Fault, HostControl, VmState};
+use capc_health_shim::verdict::{reason, Status};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+use crate::fleet::{poll_all, Fleet, FleetPlan, VmPlan, SHIM_INTERVAL_SECS};
+use crate::verdict_time::MHC_NODE_STARTUP_TIMEOUT_SECS;
+
+pub const VMS: usize = 1_000;
+pub const SCOPES: usize = 10;
+pub const HOSTS: usize = 50;
+const SLOW_BOOT_PERCENT: u32 = 30;
+const FAULT_KINDS: [Fault; 6] = [
+    Fault::NicDown,
+    Fault::Error,
+    Fault::Stop,
+    Fault::Vanish,
+    Fault::DetachNic,
+    Fault::NoAddress,
+];
+const FAULTS_PER_KIND: usize = 20;
+const MIN: i64 = 60_000;
+/// Hosts with benign incidents; no real fault is injected on their VMs.
+const OFFLINE_HOST: usize = 0;
+const GAP_HOSTS: [usize; 2] = [1, 2];
+const RUN_MS: i64 = 100 * MIN;
+
+#[derive(Debug, Clone, Default)]
+pub struct PrecisionResult {
+    pub vms: usize,
+    pub slow_boots: usize,
+    pub max_boot_seconds: f64,
+    pub max_slow_boot_seconds: f64,
+    pub real_faults: usize,
+    pub false_false: usize,
+    pub missed: usize,
+    pub held: usize,
+    /// Held VMs that the MHC timer recycled before the shim published `False`.
+    pub recycled_by_mhc_timer: usize,
+    /// Healthy VMs that were published with each reason other than `VMHealthy` at some poll
+    /// (shows that the benign incidents reached the shim).
+    pub healthy_vms_by_other_reason: BTreeMap<String, usize>,
+    /// Seconds from injection to `False` of the detected faults, sorted.
+    pub seconds_to_false: Vec<f64>,
+    pub cycles: usize,
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    Fault(String, Fault),
+    EndSlowBoot(String),
+    HostControl(usize, HostControl),
+    StatsPaused(usize, bool),
+    ApiOutage(bool),
+}
+
+/// A Pareto(`scale`, `shape`) sample capped at `cap`.
+pub fn pareto(rng: &mut StdRng, scale: f64, shape: f64, cap: f64) -> f64 {
+    let u: f64 = 1.0 - rng.random::<f64>(); // (0, 1]
+    (scale / u.powf(1.0 / shape)).min(cap)
+}
+
+fn plan(boots: &[f64]) -> FleetPlan {
+    FleetPlan {
+        scopes: SCOPES,
+        hosts: HOSTS,
+        vms: boots
+            .iter()
+            .enumerate()
+            .map(|(i, b)| VmPlan {
+                // A host's VMs are spread over every scope, as placement does not follow projects.
+                scope: i % SCOPES,
+                host: (i / SCOPES) % HOSTS,
+                state: VmState::Starting,
+                boot_seconds: *b,
+            })
+            .collect(),
+    }
+}
+
+fn apply(fleet: &Fleet, e: &Event) -> Result<(), String> {
+    let err = |e: capc_health_shim::sim::WorldError| format!("{e:?}");
+    match e {
+        Event::Fault(id, f) => fleet.sim.inject_fault(id, *f).map_err(err),
+        Event::EndSlowBoot(id) => fleet.sim.clear_faults(id).map_err(err),
+        Event::HostControl(h, c) => {
+            fleet.sim.with_world(|w| w.hosts[*h].control = *c);
+            Ok(())
+        }
+        Event::StatsPaused(h, p) => {
+            fleet
+                .sim
+                .with_world(|w| w.hosts[*h].stats_collection_paused = *p);
+            Ok(())
+        }
+        Event::ApiOutage(on) => {
+            fleet.sim.set_api_faults(ApiFaults {
+                outage: *on,
+                ..Default::default()
+            });
+            Ok(())
+        }
+    }
+}
+
+pub async fn measure(seed: u64) -> Result<PrecisionResult, String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let boots: Vec<f64> = (0..VMS)
+        .map(|_| pareto(&mut rng, 20.0, 1.5, 720.0))
+        .collect();
+    let fleet = Fleet::start(&plan(&boots)).await?;
+    let t0 = fleet.sim.now_ms();
+    let mut events: Vec<(i64, Event)> = Vec::new();
+    let mut out = PrecisionResult {
+        vms: VMS,
+        max_boot_seconds: boots.iter().copied().fold(0.0, f64::max),
+        ..Default::default()
+    };
+    for (i, (id, _, _)) in fleet.vms.iter().enumerate() {
+        if rng.random_range(0..100) < SLOW_BOOT_PERCENT {
+            fleet
+                .sim
+                .inject_fault(id, Fault::SlowBoot)
+                .map_err(|e| format!("{e:?}"))?;
+            let slow = pareto(&mut rng, 120.0, 1.2, 1200.0);
+            out.max_slow_boot_seconds = out.max_slow_boot_seconds.max(slow);
+            out.slow_boots += 1;
+            let end = t0 + ((boots[i] + slow) * 1000.0) as i64;
+            events.push((end, Event::EndSlowBoot(id.clone())));
+        }
+    }
+    events.push((
+        t0 + 40 * MIN,
+        Event::HostControl(OFFLINE_HOST, HostControl::Offline),
+    ));
+    events.push((
+        t0 + 46 * MIN,
+        Event::HostControl(OFFLINE_HOST, HostControl::Enabled),
+    ));
+    events.push((t0 + 50 * MIN, Event::StatsPaused(GAP_HOSTS[0], true)));
+    events.push((t0 + 58 * MIN, Event::StatsPaused(GAP_HOSTS[0], false)));
+    events.push((t0 + 60 * MIN, Event::StatsPaused(GAP_HOSTS[1], true)));
+    events.push((t0 + 63 * MIN, Event::StatsPaused(GAP_HOSTS[1], false)));
+    events.push((t0 + 70 * MIN, Event::ApiOutage(true)));
+    events.push((t0 + 73 * MIN, Event::ApiOutage(false)));
+    let mut candidates: Vec<&String> = fleet
+        .vms
+        .iter()
+        .filter(|(_, _, host)| *host != OFFLINE_HOST && !GAP_HOSTS.contains(host))
+        .map(|(id, _, _)| id)
+        .collect();
+    candidates.shuffle(&mut rng);
+    let mut faulted: BTreeMap<String, i64> = BTreeMap::new();
+    for (k, id) in candidates
+        .into_iter()
+        .take(FAULT_KINDS.len() * FAULTS_PER_KIND)
+        .enumerate()
+    {
+        let at = t0 + 35 * MIN + rng.random_range(0..50 * MIN);
+        events.push((
+            at,
+            Event::Fault(id.clone(), FAULT_KINDS[k % FAULT_KINDS.len()]),
+        ));
+        faulted.insert(id.clone(), at);
+    }
+    out.real_faults = faulted.len();
+    events.sort_by_key(|e| e.0);
+
+    let mut checkers = fleet.checkers();
+    let step_ms = SHIM_INTERVAL_SECS * 1000;
+    let mut pending = events.iter().peekable();
+    let mut detected: BTreeMap<String, f64> = BTreeMap::new();
+    let mut false_false: BTreeSet<String> = BTreeSet::new();
+    let mut held_since: BTreeMap<String, i64> = BTreeMap::new();
+    let mut recycled_by_timer = 0;
+    let scope_of: BTreeMap<&str, usize> = fleet
+        .vms
+        .iter()
+        .map(|(id, scope, _)| (id.as_str(), *scope))
+        .collect();
+    let mhc_timer_ms = (MHC_NODE_STARTUP_TIMEOUT_SECS * 1000.0) as i64;
+    let mut other_reasons: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    while fleet.sim.now_ms() < t0 + RUN_MS {
+        let poll_at = fleet.sim.now_ms() + step_ms;
+        while let Some((at, e)) = pending.next_if(|(at, _)| *at <= poll_at) {
+            let now = fleet.sim.now_ms();
+            if *at > now {
+                fleet.sim.advance((*at - now) as f64 / 1000.0);
+            }
+            apply(&fleet, e)?;
+        }
+        let now = fleet.sim.now_ms();
+        fleet.sim.advance((poll_at - now) as f64 / 1000.0);
+        out.cycles += 1;
+        let mut recycle = Vec::new();
+        for r in poll_all(&mut checkers, fleet.now()).await {
+            let injected = faulted.get(&r.vm_id).filter(|at| **at <= poll_at);
+            if injected.is_none() && r.reason != reason::VM_HEALTHY {
+                other_reasons
+                    .entry(format!("{} {}", r.verdict, r.reason))
+                    .or_default()
+                    .insert(r.vm_id.clone());
+            }
+            match (injected, r.verdict) {
+                (Some(at), Status::False) => {
+                    detected.insert(r.vm_id.clone(), (poll_at - at) as f64 / 1000.0);
+                    recycle.push(r.vm_id.clone());
+                }
+                (None, Status::False) => {
+                    false_false.insert(r.vm_id.clone());
+                }
+                (_, Status::Unknown) if r.reason == reason::REMEDIATION_HELD => {
+                    let since = *held_since.entry(r.vm_id.clone()).or_insert(poll_at);
+                    if poll_at - since >= mhc_timer_ms {
+                        recycled_by_timer += 1;
+                        recycle.push(r.vm_id.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        for id in recycle {
+            checkers[scope_of[id.as_str()]].forget(&id);
+        }
+    }
+    fleet.stop().await;
+    out.false_false = false_false.len();
+    out.missed = out.real_faults - detected.len();
+    out.held = held_since.len();
+    out.recycled_by_mhc_timer = recycled_by_timer;
+    out.healthy_vms_by_other_reason = other_reasons
+        .into_iter()
+        .map(|(r, ids)| (r, ids.len()))
+        .collect();
+    out.seconds_to_false = detected.into_values().collect();
+    out.seconds_to_false.sort_by(f64::total_cmp);
+    Ok(out)
+}
