@@ -26,7 +26,11 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(1)
 	}
-	_ = os.RemoveAll(filepath.Join(h.OutDir, "rows"))
+	// Rows of earlier runs are dropped unless CAPC_E2E_KEEP_ROWS is set (to add scenarios to a
+	// report run by run).
+	if os.Getenv("CAPC_E2E_KEEP_ROWS") == "" {
+		_ = os.RemoveAll(filepath.Join(h.OutDir, "rows"))
+	}
 	code := m.Run()
 	rows, err := harness.LoadRows(h.OutDir)
 	if err == nil && len(rows) > 0 {
