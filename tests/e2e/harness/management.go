@@ -119,37 +119,44 @@ func loadWebhooks(files []string) ([]*admissionv1.MutatingWebhookConfiguration, 
 			suffix := fmt.Sprintf("-e2e-%d", i)
 			switch meta.Kind {
 			case "MutatingWebhookConfiguration":
-				var m admissionv1.MutatingWebhookConfiguration
-				if err := yaml.Unmarshal(doc, &m); err != nil {
-					return nil, nil, fmt.Errorf("%s: %w", f, err)
+				m, err := decodeYAML[admissionv1.MutatingWebhookConfiguration](f, doc)
+				if err != nil {
+					return nil, nil, err
 				}
 				m.Name += suffix
-				var keep []admissionv1.MutatingWebhook
-				for _, w := range m.Webhooks {
-					if servedWebhook(w.ClientConfig) {
-						keep = append(keep, w)
-					}
-				}
-				m.Webhooks = keep
-				muts = append(muts, &m)
+				m.Webhooks = keepServed(m.Webhooks, func(w admissionv1.MutatingWebhook) admissionv1.WebhookClientConfig { return w.ClientConfig })
+				muts = append(muts, m)
 			case "ValidatingWebhookConfiguration":
-				var v admissionv1.ValidatingWebhookConfiguration
-				if err := yaml.Unmarshal(doc, &v); err != nil {
-					return nil, nil, fmt.Errorf("%s: %w", f, err)
+				v, err := decodeYAML[admissionv1.ValidatingWebhookConfiguration](f, doc)
+				if err != nil {
+					return nil, nil, err
 				}
 				v.Name += suffix
-				var keep []admissionv1.ValidatingWebhook
-				for _, w := range v.Webhooks {
-					if servedWebhook(w.ClientConfig) {
-						keep = append(keep, w)
-					}
-				}
-				v.Webhooks = keep
-				vals = append(vals, &v)
+				v.Webhooks = keepServed(v.Webhooks, func(w admissionv1.ValidatingWebhook) admissionv1.WebhookClientConfig { return w.ClientConfig })
+				vals = append(vals, v)
 			}
 		}
 	}
 	return muts, vals, nil
+}
+
+func decodeYAML[T any](file string, doc []byte) (*T, error) {
+	var out T
+	if err := yaml.Unmarshal(doc, &out); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return &out, nil
+}
+
+// keepServed drops the webhooks whose handler this process does not register.
+func keepServed[W any](hooks []W, config func(W) admissionv1.WebhookClientConfig) []W {
+	var keep []W
+	for _, w := range hooks {
+		if servedWebhook(config(w)) {
+			keep = append(keep, w)
+		}
+	}
+	return keep
 }
 
 func servedWebhook(cc admissionv1.WebhookClientConfig) bool {

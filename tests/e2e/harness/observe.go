@@ -178,17 +178,6 @@ func (r *Recorder) Machines() []MachineRecord {
 	return out
 }
 
-// Machine returns one record.
-func (r *Recorder) Machine(name string) (MachineRecord, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m, ok := r.machines[name]
-	if !ok {
-		return MachineRecord{}, false
-	}
-	return *m, true
-}
-
 // shimCondition is the shim's entry in the metav1 condition list CAPI v1.9 serves
 // (status.v1beta2.conditions), nil when absent.
 func shimCondition(m *clusterv1.Machine, conditionType string) *shimCond {

@@ -57,7 +57,6 @@ type guestState struct {
 	cluster     string
 	cp          bool
 	checked     bool // fault rules evaluated
-	faulty      bool
 	readySince  time.Time
 	joined      bool
 	left        bool
@@ -88,15 +87,6 @@ func (p *Player) Injections(namespace string) []Injection {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]Injection(nil), p.injections[namespace]...)
-}
-
-// FaultyMachines are the Machines whose VM got a fault.
-func (p *Player) FaultyMachines(namespace string) map[string]Injection {
-	out := map[string]Injection{}
-	for _, i := range p.Injections(namespace) {
-		out[i.Machine] = i
-	}
-	return out
 }
 
 // Run plays until ctx ends.
@@ -181,7 +171,6 @@ func (p *Player) playGuest(ctx context.Context, m *clusterv1.Machine, g *guestSt
 		if err := p.Sim.InjectFault(ctx, vmID, rule.Fault); err != nil {
 			return err
 		}
-		g.faulty = true
 		p.mu.Lock()
 		p.injections[m.Namespace] = append(p.injections[m.Namespace], Injection{Machine: m.Name, VM: vmID, Fault: rule.Fault, At: time.Now()})
 		p.mu.Unlock()

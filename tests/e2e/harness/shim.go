@@ -107,6 +107,3 @@ func StartShim(ctx context.Context, root string, c ShimConfig) (*Shim, error) {
 
 // Stop sends SIGTERM and waits; returns the exit error (nil for exit 0).
 func (s *Shim) Stop() error { return s.proc.Stop(10 * time.Second) }
-
-// Log is the shim's log file.
-func (s *Shim) Log() string { return s.proc.Log }
