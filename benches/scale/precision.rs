@@ -22,20 +22,15 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use crate::fleet::{poll_all, Fleet, FleetPlan, VmPlan, SHIM_INTERVAL_SECS};
-use crate::verdict_time::MHC_NODE_STARTUP_TIMEOUT_SECS;
+use crate::verdict_time::{FAULT_KINDS as FAULT_KINDS_ALL, MHC_NODE_STARTUP_TIMEOUT_SECS};
 
 pub const VMS: usize = 1_000;
 pub const SCOPES: usize = 10;
 pub const HOSTS: usize = 50;
 const SLOW_BOOT_PERCENT: u32 = 30;
-const FAULT_KINDS: [Fault; 6] = [
-    Fault::NicDown,
-    Fault::Error,
-    Fault::Stop,
-    Fault::Vanish,
-    Fault::DetachNic,
-    Fault::NoAddress,
-];
+/// The per-VM fault kinds: all of verdict_time's but the last, host-offline, which this fleet
+/// plays as its own event.
+const FAULT_KINDS: &[Fault] = FAULT_KINDS_ALL.split_at(FAULT_KINDS_ALL.len() - 1).0;
 const FAULTS_PER_KIND: usize = 20;
 const MIN: i64 = 60_000;
 /// Hosts with benign incidents; no real fault is injected on their VMs.

@@ -33,8 +33,9 @@ var ManagedKinds = []schema.GroupVersionKind{
 	{Group: "", Version: "v1", Kind: "Secret"},
 }
 
-// ownerKinds are the kinds whose absence the collector can judge (everything it lists, plus
-// the user-created templates and MHCs, which it lists only to know their UIDs).
+// ownerOnlyKinds are listed only to know their UIDs (user-created templates and MHCs own
+// objects but are never collected): with ManagedKinds, the kinds whose absence the collector
+// can judge.
 var ownerOnlyKinds = []schema.GroupVersionKind{
 	{Group: "infrastructure.cluster.x-k8s.io", Version: "v1beta3", Kind: "CloudStackMachineTemplate"},
 	{Group: "bootstrap.cluster.x-k8s.io", Version: "v1beta1", Kind: "KubeadmConfigTemplate"},

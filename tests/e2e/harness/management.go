@@ -172,9 +172,10 @@ func servedWebhook(cc admissionv1.WebhookClientConfig) bool {
 	return true
 }
 
-// convertibleCRDs are the CRDs hack/apiserver installed (with their contract labels) whose kinds
-// have more than one Go version here: envtest switches them to this process's /convert webhook.
-func convertibleCRDs(ctx context.Context, c client.Client) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+// capcCRDs are the CAPC CRDs hack/apiserver installed (with their contract labels), handed to
+// envtest, which switches those whose kinds are convertible in the scheme to this process's
+// /convert webhook.
+func capcCRDs(ctx context.Context, c client.Client) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	var list apiextensionsv1.CustomResourceDefinitionList
 	if err := c.List(ctx, &list); err != nil {
 		return nil, err
@@ -213,7 +214,7 @@ func StartManagement(ctx context.Context, kubeconfig string) (*Management, error
 	if err != nil {
 		return nil, err
 	}
-	crds, err := convertibleCRDs(ctx, direct)
+	crds, err := capcCRDs(ctx, direct)
 	if err != nil {
 		return nil, fmt.Errorf("list CRDs: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	infrav1b3 "sigs.k8s.io/cluster-api-provider-cloudstack/api/v1beta3"
 	clusterv1 "sigs.k8s.io/cluster-api/api/v1beta1"
 )
@@ -93,7 +95,8 @@ func (p *Player) Injections(namespace string) []Injection {
 func (p *Player) Run(ctx context.Context) {
 	Every(ctx, 250*time.Millisecond, func() {
 		if err := p.step(ctx); err != nil && ctx.Err() == nil {
-			p.logf("", "player: %v", err)
+			// Not a namespace's event: it goes to the controllers' log.
+			ctrl.Log.WithName("player").Error(err, "guest player step failed")
 		}
 	})
 }

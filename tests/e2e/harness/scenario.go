@@ -218,9 +218,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	var last string
 	_ = WaitFor(ctx, deadline, time.Second, "cluster ready", func() (bool, error) {
 		ok, why := ClusterReady(ctx, c, ns, cluster, sc.ControlPlanes, sc.Workers, sc.TargetVersion)
-		if why != last {
-			last = why
-		}
+		last = why
 		if ok && pendingRules(rules) == 0 {
 			readyAt = time.Since(start)
 			return true, nil

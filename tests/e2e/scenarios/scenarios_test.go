@@ -6,8 +6,6 @@ import (
 	"github.com/capc-health-shim/tests/e2e/harness"
 )
 
-func runs(sets ...[2]string) [][2]string { return sets }
-
 var (
 	withShim   = [2]string{shimMode, recommended}
 	baseline   = [2]string{baseMode, harness.MHCDefault}
@@ -27,7 +25,7 @@ func requireRecycled(t *testing.T, name string, r harness.Row) {
 }
 
 func TestScenario1WorkerNICDown(t *testing.T) {
-	rows := run(t, harness.ScenarioWorkerNICDown, runs(withShim, baseline, withoutMHC)...)
+	rows := run(t, harness.ScenarioWorkerNICDown, withShim, baseline, withoutMHC)
 	s, b, n := rows[shimRun], rows[baseRun], rows[baseNoMHC]
 	requireRecycled(t, "shim", s)
 	requireRecycled(t, "baseline", b)
@@ -44,21 +42,21 @@ func TestScenario1WorkerNICDown(t *testing.T) {
 }
 
 func TestScenario3FirstControlPlaneNICDown(t *testing.T) {
-	rows := run(t, harness.ScenarioFirstCPNICDown, runs(withShim, baseline)...)
+	rows := run(t, harness.ScenarioFirstCPNICDown, withShim, baseline)
 	requireRecycled(t, "shim", rows[shimRun])
 	requireRecycled(t, "baseline", rows[baseRun])
 }
 
 // The Error variant of scenario 3 (make e2e only).
 func TestScenario3FirstControlPlaneError(t *testing.T) {
-	rows := run(t, harness.ScenarioFirstCPError, runs(withShim, baseline)...)
+	rows := run(t, harness.ScenarioFirstCPError, withShim, baseline)
 	requireRecycled(t, "shim", rows[shimRun])
 	requireRecycled(t, "baseline", rows[baseRun])
 }
 
 func TestScenario7APIOutageAnd429(t *testing.T) {
 	// One run at a time: the outage is the simulator's, so concurrent runs would share it.
-	for _, r := range runs(withShim, baseline) {
+	for _, r := range [][2]string{withShim, baseline} {
 		rows := run(t, harness.ScenarioOutage, r)
 		row := rows[r[0]+"/"+r[1]]
 		if !row.Converged {
@@ -87,7 +85,7 @@ func TestManagementWebhooksAndConversion(t *testing.T) {
 }
 
 func TestScenario2ControlPlaneScaleUpNICDown(t *testing.T) {
-	rows := run(t, harness.ScenarioScaleUpCPNICDown, runs(withShim, baseline)...)
+	rows := run(t, harness.ScenarioScaleUpCPNICDown, withShim, baseline)
 	requireRecycled(t, "shim", rows[shimRun])
 	requireRecycled(t, "baseline", rows[baseRun])
 }
@@ -95,7 +93,7 @@ func TestScenario2ControlPlaneScaleUpNICDown(t *testing.T) {
 // A VM whose network works but whose services fail: the shim has no network evidence against
 // it (traffic flows), so it must publish no False verdict; the MHC's timer recycles it.
 func TestScenario4ServicesFail(t *testing.T) {
-	rows := run(t, harness.ScenarioServicesFail, runs(withShim, baseline)...)
+	rows := run(t, harness.ScenarioServicesFail, withShim, baseline)
 	s := rows[shimRun]
 	if len(s.ShimVerdicts) != 0 {
 		t.Errorf("shim flagged a VM with a working network: %v", s.ShimVerdicts)
@@ -108,7 +106,7 @@ func TestScenario4ServicesFail(t *testing.T) {
 // with the shim and the recommended MHC; the stock MHC's 10-minute timer recycles it (shown, not
 // required: that is the baseline's known flaw).
 func TestScenario5SlowButHealthy(t *testing.T) {
-	rows := run(t, harness.ScenarioSlowHealthy, runs(withShim, baseline)...)
+	rows := run(t, harness.ScenarioSlowHealthy, withShim, baseline)
 	s, b := rows[shimRun], rows[baseRun]
 	if !s.Converged || s.RecycledMachines != 0 || len(s.ShimVerdicts) != 0 {
 		t.Errorf("shim: converged=%v recycled=%d verdicts=%v, want the slow VM kept", s.Converged, s.RecycledMachines, s.ShimVerdicts)
@@ -121,7 +119,7 @@ func TestScenario5SlowButHealthy(t *testing.T) {
 }
 
 func TestScenario6RollingUpgradeNICDown(t *testing.T) {
-	rows := run(t, harness.ScenarioUpgradeNICDown, runs(withShim, baseline)...)
+	rows := run(t, harness.ScenarioUpgradeNICDown, withShim, baseline)
 	requireRecycled(t, "shim", rows[shimRun])
 	requireRecycled(t, "baseline", rows[baseRun])
 }
