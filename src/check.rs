@@ -188,12 +188,32 @@ impl Checker {
             now,
         )
         .await;
+        crate::verdict::mark_paused_collections(
+            self.observer.histories.values_mut(),
+            &self.graces,
+            now,
+        );
         PollReport {
             listing_error: o.listing_error,
             vms_listed: o.vms_listed,
             complete: o.complete,
             usage_history_note: o.usage_history_note,
         }
+    }
+
+    /// Judges paused stats collection over several checkers of one CloudStack together (a
+    /// host's VMs may belong to different scopes); `poll` already does it per checker.
+    pub fn mark_paused_collections(checkers: &mut [Checker], now: Timestamp) {
+        let Some(graces) = checkers.first().map(|c| c.graces.clone()) else {
+            return;
+        };
+        crate::verdict::mark_paused_collections(
+            checkers
+                .iter_mut()
+                .flat_map(|c| c.observer.histories.values_mut()),
+            &graces,
+            now,
+        );
     }
 
     /// The verdicts at `now`, after the mass-failure guard, with stable transition times.

@@ -201,6 +201,7 @@ impl Fleet {
 /// when retries back off) and returns the verdicts of all of them.
 pub async fn poll_all(checkers: &mut [Checker], now: Timestamp) -> Vec<VmReport> {
     futures::future::join_all(checkers.iter_mut().map(|c| c.poll(now))).await;
+    Checker::mark_paused_collections(checkers, now);
     checkers.iter_mut().flat_map(|c| c.verdicts(now)).collect()
 }
 

@@ -292,6 +292,28 @@ impl Controller {
             self.metrics.record_rate_limit_wait(waited.as_secs_f64());
         }
 
+        // A host whose stats collection paused makes all its VMs look flat at once; judge
+        // each CloudStack's hosts over all of its scopes.
+        let mut by_cloud: BTreeMap<String, Vec<&mut crate::verdict::VmHistory>> = BTreeMap::new();
+        for scope in self.scopes.values_mut() {
+            by_cloud
+                .entry(scope.report.api_url.clone())
+                .or_default()
+                .extend(scope.observer.histories.values_mut());
+        }
+        for (api_url, histories) in by_cloud {
+            for p in crate::verdict::mark_paused_collections(histories, &self.graces, now) {
+                tracing::debug!(
+                    api_url = %api_url,
+                    host = p.host_id.as_deref().unwrap_or("(no host id)"),
+                    since = %p.since,
+                    witnesses = p.witnesses,
+                    vms = p.vms,
+                    "stats collection looks paused; flat traffic there is no evidence"
+                );
+            }
+        }
+
         // Decide.
         let mut verdicts: Vec<Option<Verdict>> = Vec::with_capacity(targets.len());
         for t in &targets {

@@ -388,8 +388,23 @@ pub fn assess_traffic(t: &Traffic, g: &Graces, now: Timestamp) -> TrafficEvidenc
     {
         return TrafficEvidence::Rising("guest→host traffic rising".to_string());
     }
-    let flat_for = now.duration_since(flat_since);
     let window = g.silent_window_without_samples();
+    if let Some(paused) = t.collection_paused_since {
+        // Only the flat time before the host's stats collection paused is evidence.
+        let seen_flat = paused.duration_since(flat_since);
+        if seen_flat < window {
+            return TrafficEvidence::Inconclusive {
+                why: format!(
+                    "stats collection for its host looks paused since {} (every VM there went \
+                     flat at once); guest→host traffic flat at {value} KiB since {}",
+                    at(paused),
+                    at(flat_since)
+                ),
+                silent_at: None,
+            };
+        }
+    }
+    let flat_for = now.duration_since(flat_since);
     if flat_for >= window {
         TrafficEvidence::Silent(format!(
             "guest→host traffic flat at {value} KiB since {} (≥ {} stats samples)",

@@ -26,6 +26,8 @@ pub struct Sighting {
     pub name: String,
     pub state: VmState,
     pub lastupdated: Option<CsTime>,
+    /// The host running the VM, where the key may see it (CloudStack shows it to root admins).
+    pub host_id: Option<String>,
     pub host_control: Option<HostControlState>,
     pub nic_count: usize,
     pub has_default_nic: bool,
@@ -42,6 +44,7 @@ impl Sighting {
             name: vm.name.clone(),
             state: vm.state.clone(),
             lastupdated: vm.lastupdated,
+            host_id: vm.hostid.clone(),
             host_control: vm.hostcontrolstate.clone(),
             nic_count: vm.nics.len(),
             has_default_nic: vm.nics.iter().any(|n| n.isdefault) || vm.nics.len() == 1,
@@ -75,6 +78,12 @@ pub struct Traffic {
     pub flat_since: Option<Timestamp>,
     /// When (shim time) the counter was last seen rising.
     pub last_rise: Option<Timestamp>,
+    /// Polls at which the counter was seen rising (kept across gaps: it shows the guest has
+    /// had steady traffic, which makes it a witness for its host's stats collection).
+    pub rises: u32,
+    /// Set while every VM on this VM's host looks flat at once: the host's stats collection
+    /// looks paused since then, so flat time after it is no evidence (see `collector`).
+    pub collection_paused_since: Option<Timestamp>,
     /// Usage-history samples `(CloudStack time, guest→host KiB)`, oldest first, bounded.
     pub samples: VecDeque<(CsTime, u64)>,
     /// When (shim time) the newest sample first arrived: the freshness of the stats.
@@ -99,6 +108,7 @@ impl Traffic {
             (Some(prev), Some(v)) if v > prev => {
                 self.last_value = Some(v);
                 self.last_rise = Some(now);
+                self.rises = self.rises.saturating_add(1);
                 self.flat_since = Some(now);
             }
             // A counter that went backwards was reset (restart, migration): start over.

@@ -4,9 +4,11 @@
 //! - [`history`]: what the shim remembers about one VM between polls.
 //! - [`engine`]: the verdict table.
 //! - [`guard`]: the mass-failure guard over one scope's verdicts.
+//! - [`collector`]: a host whose stats collection paused is not a host of silent guests.
 //! - [`condition`]: turning verdicts into a condition whose `lastTransitionTime` only moves
 //!   when the status flips.
 
+pub mod collector;
 pub mod condition;
 pub mod engine;
 pub mod graces;
@@ -21,6 +23,7 @@ use std::fmt;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+pub use collector::{mark_paused_collections, PausedCollection};
 pub use condition::ConditionState;
 pub use engine::{evaluate, MachineFacts};
 pub use graces::Graces;

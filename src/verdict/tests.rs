@@ -651,3 +651,110 @@ proptest! {
         }
     }
 }
+
+/// Several VMs on one host, polled together, with the paused-collection check of every poll.
+struct Host {
+    vms: Vec<VmHistory>,
+    g: Graces,
+}
+
+impl Host {
+    fn new(n: usize) -> Self {
+        Self {
+            vms: (0..n).map(|i| VmHistory::new(format!("vm-{i}"))).collect(),
+            g: Graces::default(),
+        }
+    }
+
+    /// One poll at `secs` with each VM's counter; returns each VM's verdict.
+    fn poll(&mut self, secs: i64, counters: &[u64]) -> Vec<Verdict> {
+        for (h, tx) in self.vms.iter_mut().zip(counters) {
+            h.record(PollOutcome::Seen(&running(*tx)), at(secs), &self.g);
+        }
+        super::mark_paused_collections(self.vms.iter_mut(), &self.g, at(secs));
+        self.vms
+            .iter()
+            .map(|h| evaluate(h, &MachineFacts::default(), &self.g, at(secs)))
+            .collect()
+    }
+}
+
+/// A steady guest's counter as the stats collector reports it: +10 KiB per 60 s sample, frozen
+/// while the collector does not read the host (the counter is cumulative, so it catches up).
+fn collected(secs: i64, paused: std::ops::Range<i64>) -> u64 {
+    let read_at = if paused.contains(&secs) {
+        paused.start
+    } else {
+        secs
+    };
+    100 + 10 * (read_at / 60) as u64
+}
+
+#[test]
+fn a_host_whose_stats_collection_pauses_is_not_a_host_of_silent_guests() {
+    let mut host = Host::new(3);
+    let pause = 600..1080; // 8 minutes without a collection for this host
+    let mut paused_messages = 0;
+    for t in (0..=1800).step_by(30) {
+        let c = collected(t, pause.clone());
+        for v in host.poll(t, &[c, c + 5, c + 7]) {
+            assert_ne!(v.status, Status::False, "at {t}s: {v:?}");
+            paused_messages += usize::from(v.message.contains("looks paused"));
+        }
+    }
+    assert!(paused_messages > 0, "the pause was never recognised");
+}
+
+#[test]
+fn a_silent_guest_next_to_steady_ones_still_turns_false() {
+    let mut host = Host::new(3);
+    let mut first_false = None;
+    for t in (0..=900).step_by(30) {
+        let c = collected(t, 0..0);
+        // vm-2 sends until 300 s, then nothing.
+        let quiet = collected(t.min(300), 0..0);
+        let v = host.poll(t, &[c, c, quiet]);
+        assert_ne!(v[0].status, Status::False);
+        assert_ne!(v[1].status, Status::False);
+        if v[2].status == Status::False && first_false.is_none() {
+            first_false = Some(t);
+            assert_eq!(v[2].reason, reason::GUEST_NETWORK_SILENT);
+        }
+    }
+    let t = first_false.expect("the silent guest was never judged");
+    assert!((540..=600).contains(&t), "False at {t}s");
+}
+
+#[test]
+fn flat_time_seen_before_a_pause_is_still_evidence() {
+    // vm-2 never sent anything after boot; its silence was seen while the collector still read
+    // the host, so the later pause does not take its verdict back.
+    let mut host = Host::new(3);
+    let pause = 600..1080;
+    for t in (0..=1200).step_by(30) {
+        let c = collected(t, pause.clone());
+        let v = host.poll(t, &[c, c, 50]);
+        if t >= 300 {
+            assert_eq!(v[2].status, Status::False, "at {t}s: {v:?}");
+        }
+    }
+}
+
+#[test]
+fn a_guest_that_died_during_a_pause_is_judged_once_collection_resumes() {
+    let mut host = Host::new(3);
+    let pause = 600..1080;
+    let mut first_false = None;
+    for t in (0..=1500).step_by(30) {
+        let c = collected(t, pause.clone());
+        // vm-2 stops sending when the pause begins; its counter stays at the last collection.
+        let died = collected(t.min(pause.start), 0..0);
+        let v = host.poll(t, &[c, c, died]);
+        if v[2].status == Status::False && first_false.is_none() {
+            first_false = Some(t);
+        }
+    }
+    let t = first_false.expect("never judged");
+    // Not during the pause; as soon as a rise shows the collector reads the host again.
+    assert!((1080..=1140).contains(&t), "False at {t}s");
+}
