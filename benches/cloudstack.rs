@@ -1,37 +1,24 @@
-//! `make bench`: the CloudStack side's hot paths, written to `target/bench/cloudstack.json`
-//! as flat `{"name": value}` pairs with units in the names.
-//!
-//! Each figure is the median of several timed rounds after a warm-up; these are numbers for
-//! comparison on one machine in one run, not pass/fail thresholds.
+//! `make bench`: the CloudStack side's hot paths as Criterion benchmarks (groups `signing`,
+//! `parse`, `verdict`), kept as regression guards: Criterion compares every run with the
+//! previous one under `target/criterion` and says when a path got slower. Their medians, and
+//! the simulator's page latency, go to `target/bench/cloudstack.json` as flat `{"name": value}`
+//! pairs with units in the names — numbers for comparison on one machine, not thresholds.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::time::Instant;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use criterion::{BatchSize, Criterion};
 
 use capc_health_shim::cloudstack::model::VirtualMachine;
 use capc_health_shim::cloudstack::parse::{parse_list_page, Reply};
 use capc_health_shim::cloudstack::signing;
 use capc_health_shim::sim;
-use capc_health_shim::verdict::{evaluate, Graces, MachineFacts, PollOutcome, VmHistory};
+use capc_health_shim::verdict::{
+    evaluate, mark_paused_collections, Graces, MachineFacts, PollOutcome, VmHistory,
+};
 use jiff::{SignedDuration, Timestamp};
-
-/// Median seconds per call of `f` over `rounds` rounds of `iters` calls.
-fn median_secs_per_call(rounds: usize, iters: usize, mut f: impl FnMut()) -> f64 {
-    for _ in 0..iters.min(1000) {
-        f();
-    }
-    let mut per_call: Vec<f64> = (0..rounds)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..iters {
-                f();
-            }
-            start.elapsed().as_secs_f64() / iters as f64
-        })
-        .collect();
-    per_call.sort_by(|a, b| a.total_cmp(b));
-    per_call[per_call.len() / 2]
-}
 
 fn vm_json(i: usize) -> serde_json::Value {
     serde_json::json!({
@@ -67,52 +54,55 @@ fn vm_json(i: usize) -> serde_json::Value {
     })
 }
 
-fn main() {
-    let mut report: BTreeMap<String, f64> = BTreeMap::new();
+const SECRET: &str =
+    "VDaACYb0LV9eNjTetIOElcVQkvJck_J_QljX_FcHRj87ZKiy0z0ty0ZsYBkoXkY9b7eq1EhwJaw7FF3akA3KBQ";
 
-    // 1. Signing + encoding of a batch-poll request.
-    let secret =
-        "VDaACYb0LV9eNjTetIOElcVQkvJck_J_QljX_FcHRj87ZKiy0z0ty0ZsYBkoXkY9b7eq1EhwJaw7FF3akA3KBQ";
-    let params = [
-        ("apiKey", "plgWJfZK4gyS3mOMTVmjUVg-X-jlWlnfaUJ9GAbBbf9EdM-kAYMmAiLqzzq1ElZLYq_u38zCm0bewzGUdP66mg"),
-        ("command", "listVirtualMachines"),
-        ("response", "json"),
-        ("details", "nics,stats"),
-        ("listall", "true"),
-        ("projectid", "0d1e6f3a-8a43-4b4e-9b1c-2f0c7d5e9a11"),
-        ("page", "1"),
-        ("pagesize", "500"),
-        ("signatureversion", "3"),
-        ("expires", "2030-01-01T00:00:00+0000"),
-    ];
-    let s = median_secs_per_call(7, 20_000, || {
-        black_box(signing::signed_query(secret, black_box(params)));
+/// The query of one batch poll (the shim's listing request).
+const BATCH_POLL: [(&str, &str); 10] = [
+    (
+        "apiKey",
+        "plgWJfZK4gyS3mOMTVmjUVg-X-jlWlnfaUJ9GAbBbf9EdM-kAYMmAiLqzzq1ElZLYq_u38zCm0bewzGUdP66mg",
+    ),
+    ("command", "listVirtualMachines"),
+    ("response", "json"),
+    ("details", "nics,stats"),
+    ("listall", "true"),
+    ("projectid", "0d1e6f3a-8a43-4b4e-9b1c-2f0c7d5e9a11"),
+    ("page", "1"),
+    ("pagesize", "500"),
+    ("signatureversion", "3"),
+    ("expires", "2030-01-01T00:00:00+0000"),
+];
+
+fn signing(c: &mut Criterion) {
+    let mut g = c.benchmark_group("signing");
+    g.bench_function("signed_query", |b| {
+        b.iter(|| signing::signed_query(SECRET, black_box(BATCH_POLL)))
     });
-    report.insert("signing_signed_query_per_second".into(), 1.0 / s);
-    report.insert("signing_signed_query_microseconds".into(), s * 1e6);
+    g.finish();
+}
 
-    // 2. Parsing a 500-VM page.
+fn parse(c: &mut Criterion) {
     let page = serde_json::json!({"listvirtualmachinesresponse": {
         "count": 20_000, "virtualmachine": (0..500).map(vm_json).collect::<Vec<_>>()}});
     let body = serde_json::to_vec(&page).expect("serialisable");
-    let s = median_secs_per_call(7, 20, || {
-        let parsed = parse_list_page::<VirtualMachine>(
-            "listVirtualMachines",
-            "virtualmachine",
-            Reply::new(200, Some("application/json"), black_box(&body)),
-        )
-        .expect("page parses");
-        assert_eq!(parsed.items.len(), 500);
+    let mut g = c.benchmark_group("parse");
+    g.bench_function("500_vm_page", |b| {
+        b.iter(|| {
+            let parsed = parse_list_page::<VirtualMachine>(
+                "listVirtualMachines",
+                "virtualmachine",
+                Reply::new(200, Some("application/json"), black_box(&body)),
+            )
+            .expect("page parses");
+            assert_eq!(parsed.items.len(), 500);
+        })
     });
-    report.insert("parse_500_vm_page_milliseconds".into(), s * 1e3);
-    report.insert(
-        "parse_500_vm_page_megabytes".into(),
-        body.len() as f64 / 1e6,
-    );
+    g.finish();
+}
 
-    // 3. Evaluating 10 000 VMs' histories (each with ten polls of history).
-    let graces = Graces::default();
-    let t0: Timestamp = "2026-11-30T00:00:00Z".parse().expect("timestamp");
+/// 10 000 VMs with ten polls of history each, some counters rising.
+fn histories(graces: &Graces, t0: Timestamp) -> (Vec<VirtualMachine>, Vec<VmHistory>) {
     let vms: Vec<VirtualMachine> = (0..10_000)
         .map(|i| serde_json::from_value(vm_json(i)).expect("vm"))
         .collect();
@@ -125,28 +115,111 @@ fn main() {
             vm.networkkbswrite = vm
                 .networkkbswrite
                 .map(|v| v + poll as u64 * (h.vm_id.len() as u64 % 3));
-            h.record(PollOutcome::Seen(&vm), now, &graces);
+            h.record(PollOutcome::Seen(&vm), now, graces);
         }
     }
+    (vms, histories)
+}
+
+fn verdict(c: &mut Criterion) {
+    let graces = Graces::default();
+    let t0: Timestamp = "2026-11-30T00:00:00Z".parse().expect("timestamp");
+    let (vms, histories) = histories(&graces, t0);
     let facts = MachineFacts::default();
     let now = t0 + SignedDuration::from_secs(300);
-    let s = median_secs_per_call(7, 3, || {
-        for h in &histories {
-            black_box(evaluate(h, &facts, &graces, now));
-        }
+    let mut g = c.benchmark_group("verdict");
+    g.bench_function("evaluate_10000_vm_histories", |b| {
+        b.iter(|| {
+            for h in &histories {
+                black_box(evaluate(h, &facts, &graces, now));
+            }
+        })
     });
-    report.insert("evaluate_10000_vm_histories_milliseconds".into(), s * 1e3);
-    let s = median_secs_per_call(5, 2, || {
-        for (h, vm) in histories.clone().iter_mut().zip(&vms) {
-            h.record(PollOutcome::Seen(vm), now, &graces);
-        }
+    g.bench_function("record_poll_10000_vms", |b| {
+        b.iter_batched_ref(
+            || histories.clone(),
+            |hs| {
+                for (h, vm) in hs.iter_mut().zip(&vms) {
+                    h.record(PollOutcome::Seen(vm), now, &graces);
+                }
+            },
+            BatchSize::LargeInput,
+        )
     });
-    report.insert(
-        "record_poll_10000_vms_including_history_clone_milliseconds".into(),
-        s * 1e3,
+    g.bench_function("mark_paused_collections_10000_vms", |b| {
+        b.iter_batched_ref(
+            || histories.clone(),
+            |hs| black_box(mark_paused_collections(hs.iter_mut(), &graces, now)),
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+/// The median (ns) Criterion estimated for `group/id` in this run.
+fn criterion_median_ns(group: &str, id: &str) -> Option<f64> {
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = Path::new(&target)
+        .join("criterion")
+        .join(group)
+        .join(id)
+        .join("new/estimates.json");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    v.pointer("/median/point_estimate")?.as_f64()
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20)
+        .configure_from_args();
+    signing(&mut c);
+    parse(&mut c);
+    verdict(&mut c);
+    c.final_summary();
+
+    let mut report: BTreeMap<String, f64> = BTreeMap::new();
+    let mut put = |name: &str, value: Option<f64>| match value {
+        Some(v) => {
+            report.insert(name.to_string(), v);
+        }
+        None => eprintln!("{name}: no Criterion estimate found (benchmark filtered out?)"),
+    };
+    let signing_ns = criterion_median_ns("signing", "signed_query");
+    put(
+        "signing_signed_query_microseconds",
+        signing_ns.map(|ns| ns / 1e3),
+    );
+    put(
+        "signing_signed_query_per_second",
+        signing_ns.map(|ns| 1e9 / ns),
+    );
+    put(
+        "parse_500_vm_page_milliseconds",
+        criterion_median_ns("parse", "500_vm_page").map(|ns| ns / 1e6),
+    );
+    put(
+        "evaluate_10000_vm_histories_milliseconds",
+        criterion_median_ns("verdict", "evaluate_10000_vm_histories").map(|ns| ns / 1e6),
+    );
+    put(
+        "record_poll_10000_vms_milliseconds",
+        criterion_median_ns("verdict", "record_poll_10000_vms").map(|ns| ns / 1e6),
+    );
+    put(
+        "mark_paused_collections_10000_vms_milliseconds",
+        criterion_median_ns("verdict", "mark_paused_collections_10000_vms").map(|ns| ns / 1e6),
+    );
+    let page = serde_json::json!({"listvirtualmachinesresponse": {
+        "count": 20_000, "virtualmachine": (0..500).map(vm_json).collect::<Vec<_>>()}});
+    put(
+        "parse_500_vm_page_megabytes",
+        serde_json::to_vec(&page).ok().map(|b| b.len() as f64 / 1e6),
     );
 
-    // 4. The simulator's latency for a 500-VM page with 20 000 VMs loaded.
+    // The simulator's latency for a 500-VM page with 20 000 VMs loaded (a measurement of the
+    // test double, not a hot path of the shim).
     match sim_page_latency(20_000) {
         Ok((p50, p99)) => {
             report.insert(

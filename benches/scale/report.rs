@@ -258,7 +258,7 @@ impl Report {
         let values: BTreeMap<String, f64> = serde_json::from_str(&text).unwrap_or_default();
         let mut md = format!(
             "## 5. Micro-benchmarks (regression guards)\n\n\
-             From `{path}` (plain timing harness: median of timed rounds after a warm-up).\n\n\
+             From `{path}` (Criterion medians; Criterion itself compares each run with the last under `target/criterion`).\n\n\
              | name | value |\n|---|---:|\n"
         );
         for (k, v) in values {
