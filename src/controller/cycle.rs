@@ -755,6 +755,7 @@ impl Controller {
 }
 
 async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces, now: Timestamp) {
+    let was_failing = scope.report.last_error.is_some();
     scope.report.last_poll = Some(now);
     let o = crate::scope::poll(
         &scope.client,
@@ -776,6 +777,18 @@ async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces
                 )
             });
         }
+    }
+    // Say so once when a scope starts failing and once when it recovers, not every cycle.
+    match (&scope.report.last_error, was_failing) {
+        (Some(error), false) => tracing::warn!(
+            scope = %scope.report.key,
+            error = %error,
+            "CloudStack poll failed; this scope's verdicts are Unknown until a poll succeeds"
+        ),
+        (None, true) => {
+            tracing::info!(scope = %scope.report.key, "CloudStack poll succeeded again")
+        }
+        _ => {}
     }
     if let Some(note) = &o.usage_history_note {
         tracing::debug!(note = %note, "usage history");
