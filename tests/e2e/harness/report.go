@@ -96,6 +96,14 @@ func Markdown(rows []Row) string {
 		}
 	}
 	fmt.Fprintf(&b, "\nThe goal applies to the network and VM-state faults the shim sees (1, 2, 3, 6). 3b: CAPC itself deletes a Machine whose VM it sees in Error while it is still reconciling it, in both modes. 4: a VM whose network works gives the shim no evidence; the recommended MHC's 30-minute backstop (scaled) recycles it, later than the stock 10-minute timer — the price of never recycling slow-but-healthy VMs (5).\n")
+	scannedRuns, leaks := 0, 0
+	for _, r := range rows {
+		if r.SecretLeaks != nil {
+			scannedRuns++
+			leaks += len(r.SecretLeaks)
+		}
+	}
+	fmt.Fprintf(&b, "\n## Secret scan\n\n%d run(s) scanned (shim log, /status, /metrics, Events, timeline and the row itself) for both CloudStack secret keys and `signature=`: %d finding(s).\n", scannedRuns, leaks)
 	return b.String()
 }
 

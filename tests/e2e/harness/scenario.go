@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -85,6 +86,9 @@ type Row struct {
 	CloudStackResults map[string]int `json:"cloudstack_results"`
 	Timeline          string         `json:"timeline"`
 	Notes             []string       `json:"notes,omitempty"`
+	// SecretLeaks lists where a CloudStack secret key or a request signature showed up in the
+	// shim's log, /status, /metrics, the namespace's Events, the timeline or this row (goal: none).
+	SecretLeaks []string `json:"secret_leaks"`
 }
 
 func secs(d time.Duration) *float64 {
@@ -260,7 +264,9 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	row.Faults, row.RecycledMachines, row.FalseRecycles = score.Faults, score.Recycled, score.FalseRecycles
 	row.SecondsFaultToRecycle = score.FirstFaultToRecycle
 	row.Notes = append(row.Notes, score.Notes...)
+	scanned := map[string]string{}
 	if shim != nil {
+		scanned = shimSurfaces(ctx, c, shim, ns, filepath.Join(h.OutDir, "logs"))
 		if err := shim.Stop(); err != nil {
 			row.Notes = append(row.Notes, fmt.Sprintf("shim exit: %v", err))
 		}
@@ -278,6 +284,14 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	row.Timeline = filepath.Join(h.OutDir, "timelines", ns+".txt")
 	if err := os.MkdirAll(filepath.Dir(row.Timeline), 0o755); err == nil {
 		_ = os.WriteFile(row.Timeline, []byte(strings.Join(tl.Entries(), "\n")+"\n"), 0o644)
+	}
+	readFiles(scanned, row.Timeline, filepath.Join(h.OutDir, "logs", "shim-"+ns+".log"))
+	if b, err := json.Marshal(row); err == nil {
+		scanned["report row"] = string(b)
+	}
+	row.SecretLeaks = ScanForSecrets(scanned)
+	if row.SecretLeaks == nil {
+		row.SecretLeaks = []string{}
 	}
 	return row, nil
 }

@@ -105,6 +105,9 @@ func clean(t *testing.T, name string, r harness.Row) {
 	if r.LeftoverObjects != 0 {
 		t.Errorf("%s: %d objects left after deleting the cluster: %v", name, r.LeftoverObjects, r.Notes)
 	}
+	if len(r.SecretLeaks) != 0 {
+		t.Errorf("%s: a CloudStack secret or signature was written out: %v", name, r.SecretLeaks)
+	}
 	if r.FalseRecycles != 0 {
 		t.Errorf("%s: %d healthy Machines recycled: %v", name, r.FalseRecycles, r.Notes)
 	}
