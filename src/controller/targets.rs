@@ -146,6 +146,9 @@ pub fn build(
             .to_string();
         match failure_domain(objects.failure_domains, &t.machine, &fd_name) {
             Some(endpoint) => t.endpoint = Some(endpoint),
+            // Not deployed yet: CAPC picks the failure domain and the VM together, so a missing
+            // one is no credentials problem until there is an instance to judge.
+            None if t.instance_id.is_none() => {}
             None => {
                 t.problem = Some(TargetProblem::NoFailureDomain(if fd_name.is_empty() {
                     "(the CloudStackMachine names no failure domain)".to_string()
@@ -288,6 +291,20 @@ mod tests {
             t[0].problem,
             Some(TargetProblem::NoFailureDomain("fd-gone".into()))
         );
+        // Before CAPC deploys the VM it has not named the failure domain either: nothing to
+        // judge, which is no credentials problem.
+        for fd_name in ["", "fd-gone"] {
+            let t = build_one(
+                &[machine("m1", "csm1")],
+                &[csm("csm1", None, fd_name)],
+                &[fd()],
+            );
+            assert_eq!(
+                t[0].problem,
+                Some(TargetProblem::NoInstanceId),
+                "{fd_name:?}"
+            );
+        }
     }
 
     #[test]
