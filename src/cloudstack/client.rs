@@ -534,16 +534,17 @@ impl CloudStackClient {
         &self.base_url
     }
 
-    /// Builds the signed query for one attempt. Returns the URL and the signature (raw and
-    /// as encoded on the wire) for redaction.
+    /// Builds the signed query for one attempt. Returns the URL, the signature (raw and
+    /// as encoded on the wire) for redaction, and the time `expires` was computed from.
     fn signed_url(
         &self,
         command: &str,
         params: &[(&str, &str)],
-    ) -> Result<(reqwest::Url, [String; 2]), CloudStackError> {
+    ) -> Result<(reqwest::Url, [String; 2], jiff::Timestamp), CloudStackError> {
         let lifetime = jiff::SignedDuration::try_from(self.signature_lifetime)
             .map_err(|_| CloudStackError::config("signature_lifetime out of range"))?;
-        let expires = jiff::Timestamp::now()
+        let signed_at = jiff::Timestamp::now();
+        let expires = signed_at
             .checked_add(lifetime)
             .map_err(|_| CloudStackError::config("signature_lifetime out of range"))?;
         let expires = CsTime(expires).to_cloudstack_string();
@@ -571,7 +572,7 @@ impl CloudStackClient {
         let raw_sig = percent_decode(&encoded_sig);
         let url = reqwest::Url::parse(&format!("{}?{}", self.base_url, query))
             .map_err(|e| CloudStackError::config(format!("cannot build the request URL ({e})")))?;
-        Ok((url, [raw_sig, encoded_sig]))
+        Ok((url, [raw_sig, encoded_sig], signed_at))
     }
 
     fn record(&self, command: &str, outcome: &str, waited: Duration) {
@@ -587,11 +588,11 @@ impl CloudStackClient {
         }
     }
 
-    /// One HTTP exchange: status, content type, body.
+    /// One HTTP exchange: status, content type, body, and the server's `Date` header.
     async fn send_once(
         &self,
         url: reqwest::Url,
-    ) -> Result<(u16, Option<String>, Vec<u8>), CloudStackError> {
+    ) -> Result<(u16, Option<String>, Vec<u8>, Option<jiff::Timestamp>), CloudStackError> {
         let map = |e: reqwest::Error| self.map_reqwest_error(e);
         let mut resp = self
             .http
@@ -606,6 +607,12 @@ impl CloudStackClient {
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let date = resp
+            .headers()
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| jiff::fmt::rfc2822::parse(v).ok())
+            .map(|z| z.timestamp());
         let mut body = Vec::with_capacity(resp.content_length().unwrap_or(0).min(1 << 20) as usize);
         while let Some(chunk) = resp.chunk().await.map_err(map)? {
             if body.len() + chunk.len() > MAX_BODY_BYTES {
@@ -616,7 +623,7 @@ impl CloudStackClient {
             }
             body.extend_from_slice(&chunk);
         }
-        Ok((status, content_type, body))
+        Ok((status, content_type, body, date))
     }
 
     fn map_reqwest_error(&self, e: reqwest::Error) -> CloudStackError {
@@ -651,7 +658,7 @@ impl CloudStackClient {
                 Some(l) => l.acquire().await,
                 None => Duration::ZERO,
             };
-            let (url, sig) = self.signed_url(command, params)?;
+            let (url, sig, signed_at) = self.signed_url(command, params)?;
             let started = Instant::now();
             debug!(
                 command,
@@ -661,7 +668,7 @@ impl CloudStackClient {
             );
             *calls += 1;
             let outcome = match self.send_once(url).await {
-                Ok((status, ct, body)) => {
+                Ok((status, ct, body, date)) => {
                     debug!(
                         command,
                         status,
@@ -670,6 +677,7 @@ impl CloudStackClient {
                         "CloudStack response"
                     );
                     parse(Reply::new(status, ct.as_deref(), &body))
+                        .map_err(|e| e.with_server_clock(date, signed_at, self.signature_lifetime))
                 }
                 Err(e) => Err(e),
             };

@@ -61,6 +61,23 @@ pub enum CloudStackError {
         command_unknown: bool,
     },
 
+    /// A 401 whose `Date` header shows that, on the management server's clock, the request's
+    /// `expires` had already passed when it arrived: the clocks disagree by more than the
+    /// signature lifetime (CloudStack's 401 text is the same as for a wrong key).
+    #[error(
+        "CloudStack rejected the request signature as expired (401{detail}): clock skew — the \
+         management server's clock (its HTTP Date header) is {} ahead of this host's, more than \
+         the {} signature lifetime (signatureversion=3 expires); fix the time (NTP) on the \
+         management server or on this host",
+        fmt_duration(*server_ahead),
+        fmt_duration(*lifetime)
+    )]
+    SignatureExpired {
+        server_ahead: Duration,
+        lifetime: Duration,
+        detail: ErrorDetail,
+    },
+
     /// HTTP/`errorcode` 429: the account's API limit (`api.throttling.max` per
     /// `api.throttling.interval`) is exhausted.
     #[error(
@@ -263,6 +280,7 @@ impl CloudStackError {
             Self::Timeout { .. } => true,
             Self::NotJson { status, .. } => matches!(status, 429 | 502 | 503 | 504),
             Self::Unauthorized { .. }
+            | Self::SignatureExpired { .. }
             | Self::InvalidParameter { .. }
             | Self::NotAllowed { .. }
             | Self::Api { .. }
@@ -275,7 +293,8 @@ impl CloudStackError {
     /// A short, stable label for metrics and status pages.
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::Unauthorized { .. } => "unauthorized",
+            // A 401 like the others (`check` exits 4 on it); the message tells them apart.
+            Self::Unauthorized { .. } | Self::SignatureExpired { .. } => "unauthorized",
             Self::Throttled { .. } => "throttled",
             Self::InvalidParameter { .. } => "invalid_parameter",
             Self::NotAllowed { .. } => "not_allowed",
@@ -302,6 +321,7 @@ impl CloudStackError {
     pub fn detail(&self) -> Option<&ErrorDetail> {
         match self {
             Self::Unauthorized { detail, .. }
+            | Self::SignatureExpired { detail, .. }
             | Self::Throttled { detail, .. }
             | Self::InvalidParameter { detail, .. }
             | Self::NotAllowed { detail }
@@ -315,7 +335,7 @@ impl CloudStackError {
     /// The CloudStack `errorcode` (or HTTP status) behind this error, where there is one.
     pub fn code(&self) -> Option<u16> {
         match self {
-            Self::Unauthorized { .. } => Some(401),
+            Self::Unauthorized { .. } | Self::SignatureExpired { .. } => Some(401),
             Self::Throttled { .. } => Some(429),
             Self::InvalidParameter { .. } => Some(431),
             Self::NotAllowed { .. } => Some(432),
@@ -381,6 +401,7 @@ impl CloudStackError {
             }
             Self::Timeout { .. } => {}
             Self::Unauthorized { detail, .. }
+            | Self::SignatureExpired { detail, .. }
             | Self::Throttled { detail, .. }
             | Self::InvalidParameter { detail, .. }
             | Self::NotAllowed { detail }
@@ -393,6 +414,31 @@ impl CloudStackError {
             }
         }
         self
+    }
+
+    /// A 401 turned into [`CloudStackError::SignatureExpired`] when the server's clock (its
+    /// `Date` header, `server_now`) had passed the request's `expires`; anything else as is.
+    pub(crate) fn with_server_clock(
+        self,
+        server_now: Option<jiff::Timestamp>,
+        sent_at: jiff::Timestamp,
+        lifetime: Duration,
+    ) -> Self {
+        let (Self::Unauthorized { detail, .. }, Some(server_now)) = (&self, server_now) else {
+            return self;
+        };
+        // The Date header has whole seconds: only a clear miss counts.
+        let Ok(ahead) = Duration::try_from(server_now.duration_since(sent_at)) else {
+            return self;
+        };
+        if ahead <= lifetime + Duration::from_secs(1) {
+            return self;
+        }
+        Self::SignatureExpired {
+            server_ahead: Duration::from_secs(ahead.as_secs()),
+            lifetime,
+            detail: detail.clone(),
+        }
     }
 
     pub(crate) fn config(detail: impl Into<String>) -> Self {
@@ -640,5 +686,40 @@ mod tests {
         let e = CloudStackError::from_code(430, None, None, false);
         assert_eq!(e.kind(), "api_error");
         assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn a_401_from_a_server_clock_past_expires_is_named_clock_skew() {
+        let sent: jiff::Timestamp = "2030-01-01T00:00:00Z".parse().unwrap();
+        let lifetime = Duration::from_secs(300);
+        let e = || CloudStackError::from_code(401, None, Some("unable to verify"), false);
+        // The Date header as a server sends it.
+        let date = jiff::fmt::rfc2822::parse("Tue, 01 Jan 2030 01:00:00 GMT")
+            .unwrap()
+            .timestamp();
+        let skewed = e().with_server_clock(Some(date), sent, lifetime);
+        assert!(
+            matches!(skewed, CloudStackError::SignatureExpired { server_ahead, .. } if server_ahead == Duration::from_secs(3600)),
+            "{skewed:?}"
+        );
+        let text = skewed.to_string();
+        assert!(
+            text.contains("clock skew") && text.contains("expired"),
+            "{text}"
+        );
+        assert_eq!(skewed.kind(), "unauthorized");
+        assert_eq!(skewed.code(), Some(401));
+        assert!(!skewed.is_retryable());
+        // Within the lifetime, without a Date header, or not a 401: unchanged.
+        let near = sent
+            .checked_add(jiff::SignedDuration::from_secs(290))
+            .unwrap();
+        assert_eq!(e().with_server_clock(Some(near), sent, lifetime), e());
+        assert_eq!(e().with_server_clock(None, sent, lifetime), e());
+        let other = CloudStackError::from_code(530, None, None, false);
+        assert_eq!(
+            other.clone().with_server_clock(Some(date), sent, lifetime),
+            other
+        );
     }
 }

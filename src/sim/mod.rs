@@ -84,10 +84,23 @@ pub(crate) struct SimState {
     pub api_faults: ApiFaults,
     pub calls: CallStats,
     pub throttle: api::ThrottleTable,
+    /// The `signature` values of the most recent API requests (for secret scans in tests).
+    pub signatures: std::collections::VecDeque<String>,
     initial: World,
 }
 
+/// How many received signatures [`Simulator::received_signatures`] keeps.
+pub const KEPT_SIGNATURES: usize = 4096;
+
 impl SimState {
+    /// Remembers a received request signature (the newest [`KEPT_SIGNATURES`]).
+    pub fn record_signature(&mut self, signature: &str) {
+        if self.signatures.len() >= KEPT_SIGNATURES {
+            self.signatures.pop_front();
+        }
+        self.signatures.push_back(signature.to_string());
+    }
+
     pub fn record_call(&mut self, command: &str, result: &str) {
         self.calls.total += 1;
         let name = if command.is_empty() {
@@ -140,6 +153,7 @@ impl Simulator {
                 api_faults: ApiFaults::default(),
                 calls: CallStats::default(),
                 throttle: api::ThrottleTable::default(),
+                signatures: Default::default(),
             })),
         }
     }
@@ -222,6 +236,12 @@ impl Simulator {
         st.throttle.clear();
     }
 
+    /// The `signature` values of the most recent API requests, oldest first (as received,
+    /// URL-decoded), so tests can check that none of them leaks anywhere.
+    pub fn received_signatures(&self) -> Vec<String> {
+        self.lock().signatures.iter().cloned().collect()
+    }
+
     /// Call counts as served by `GET /sim/calls`.
     pub fn calls(&self) -> Value {
         let st = self.lock();
@@ -233,6 +253,7 @@ impl Simulator {
     pub fn reset(&self, world: bool) {
         let mut st = self.lock();
         st.calls = CallStats::default();
+        st.signatures.clear();
         st.api_faults = ApiFaults::default();
         st.throttle.clear();
         if world {

@@ -198,6 +198,12 @@ pub struct ApiFaults {
     pub malformed_next: u64,
     /// Number of upcoming requests answered with a proxy-style HTML 502 page.
     pub html_next: u64,
+    /// Number of upcoming requests answered normally before `timeout_next`, `html_next` and
+    /// `malformed_next` apply (e.g. 1 = a listing's second page is the broken one).
+    pub fault_after: u64,
+    /// Offset of the server's wall clock from the real one, in ms: `expires` is checked
+    /// against (and the `Date` header shows) real time + this (clock skew).
+    pub clock_skew_ms: i64,
 }
 
 impl ApiFaults {
@@ -210,12 +216,16 @@ impl ApiFaults {
             "timeout_next": self.timeout_next,
             "malformed_next": self.malformed_next,
             "html_next": self.html_next,
+            "fault_after": self.fault_after,
+            "clock_skew_seconds": self.clock_skew_ms as f64 / 1000.0,
         })
     }
 }
 
 enum Injection {
     None,
+    /// Answered normally, counted against `fault_after`.
+    Passed,
     Outage,
     Hang,
     Html,
@@ -258,11 +268,21 @@ async fn api_handler(
     let params = collect_params(query.as_deref(), is_form.then_some(&body[..]));
     let command = params.get("command").cloned().unwrap_or_default();
 
-    let (latency, injection) = {
+    let (latency, injection, skew_ms) = {
         let mut st = app.sim.lock();
+        if let Some((_, sig)) = params
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("signature"))
+        {
+            st.record_signature(sig);
+        }
         let f = &mut st.api_faults;
+        let passed = f.fault_after > 0 && !f.outage;
         let inj = if f.outage {
             Injection::Outage
+        } else if passed {
+            f.fault_after -= 1;
+            Injection::Passed
         } else if f.timeout_next > 0 {
             f.timeout_next -= 1;
             Injection::Hang
@@ -272,8 +292,9 @@ async fn api_handler(
         } else {
             Injection::None
         };
-        (f.latency_ms, inj)
+        (f.latency_ms, inj, f.clock_skew_ms)
     };
+    let server_now_ms = real_now_ms().saturating_add(skew_ms);
     if latency > 0 {
         let mut stop = app.stop.clone();
         tokio::select! {
@@ -296,7 +317,7 @@ async fn api_handler(
             let _ = stop.wait_for(|s| *s).await;
             return text_response(504, "text/html", String::new());
         }
-        Injection::None => {}
+        Injection::None | Injection::Passed => {}
     }
 
     let (reply, truncate) = {
@@ -308,7 +329,7 @@ async fn api_handler(
             &mut st.world,
             Env {
                 throttle: &mut st.throttle,
-                real_now_ms: real_now_ms(),
+                real_now_ms: server_now_ms,
             },
             &params,
         );
@@ -330,12 +351,13 @@ async fn api_handler(
             reply.status = 530;
             reply.description = Some(e.text);
         }
-        let truncate = if st.api_faults.malformed_next > 0 {
-            st.api_faults.malformed_next -= 1;
-            true
-        } else {
-            false
-        };
+        let truncate =
+            if !matches!(injection, Injection::Passed) && st.api_faults.malformed_next > 0 {
+                st.api_faults.malformed_next -= 1;
+                true
+            } else {
+                false
+            };
         let label = if truncate {
             format!("{}-malformed", reply.status)
         } else {
@@ -356,6 +378,15 @@ async fn api_handler(
     let mut r = text_response(reply.status, JSON_CT, body);
     if let Some(d) = reply.description {
         r.headers_mut().insert("X-Description", header_safe(&d));
+    }
+    if skew_ms != 0 {
+        // The server's own idea of the time, as a skewed management server would send it.
+        if let Ok(t) = jiff::Timestamp::from_millisecond(server_now_ms) {
+            let date = jiff::fmt::rfc2822::DateTimePrinter::new().timestamp_to_rfc9110_string(&t);
+            if let Ok(date) = date {
+                r.headers_mut().insert(header::DATE, header_safe(&date));
+            }
+        }
     }
     r
 }
@@ -569,19 +600,24 @@ async fn admin_set_api(State(app): State<App>, body: Bytes) -> Response {
                 Some(b) => f.outage = b,
                 None => return bad("a boolean"),
             },
-            "timeout_next" | "malformed_next" | "html_next" => {
+            "timeout_next" | "malformed_next" | "html_next" | "fault_after" => {
                 let Some(n) = val.as_u64() else {
                     return bad("a non-negative integer");
                 };
                 match k.as_str() {
                     "timeout_next" => f.timeout_next = n,
                     "malformed_next" => f.malformed_next = n,
+                    "fault_after" => f.fault_after = n,
                     _ => f.html_next = n,
                 }
             }
             "latency_ms" => match val.as_u64() {
                 Some(n) => f.latency_ms = n,
                 None => return bad("a non-negative integer"),
+            },
+            "clock_skew_seconds" => match val.as_f64() {
+                Some(x) if x.is_finite() && x.abs() < 1e9 => f.clock_skew_ms = (x * 1000.0) as i64,
+                _ => return bad("a number of seconds (negative = behind)"),
             },
             "server_error_rate" => match val.as_f64() {
                 Some(r) if (0.0..=1.0).contains(&r) => f.server_error_rate = r,
@@ -601,7 +637,7 @@ async fn admin_set_api(State(app): State<App>, body: Bytes) -> Response {
                 return admin_error(
                     StatusCode::BAD_REQUEST,
                     format!(
-                        "unknown field {k:?} (expected outage, throttle, latency_ms, server_error_rate, timeout_next, malformed_next, html_next)"
+                        "unknown field {k:?} (expected outage, throttle, latency_ms, server_error_rate, timeout_next, malformed_next, html_next, fault_after, clock_skew_seconds)"
                     ),
                 )
             }
