@@ -76,6 +76,9 @@ pub struct ScopeReport {
     pub rate_limit_wait_seconds: f64,
     /// The mass-failure guard holds this scope's new `False` verdicts.
     pub held: bool,
+    /// Backing off after failed polls: the next poll is not before this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_poll: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -119,6 +119,7 @@ fn report() -> StatusReport {
                 calls: BTreeMap::from([("listVirtualMachines/ok".to_string(), 42)]),
                 rate_limit_wait_seconds: 0.0,
                 held: false,
+                next_poll: None,
             },
             ScopeReport {
                 key: "https://cs.example/client/api zone=z2".into(),
@@ -134,6 +135,7 @@ fn report() -> StatusReport {
                 ]),
                 rate_limit_wait_seconds: 2.5,
                 held: true,
+                next_poll: None,
             },
         ],
         failure_domains: vec![FailureDomainReport {

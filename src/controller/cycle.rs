@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use tokio::sync::RwLock;
 
@@ -38,6 +38,21 @@ struct ScopeState {
     observer: ScopeObserver,
     usage_history: bool,
     report: ScopeReport,
+    /// Some Machine of this cycle is polled through this scope.
+    in_use: bool,
+    last_in_use: Timestamp,
+    /// Failed polls in a row, for the back-off.
+    failed_polls: u32,
+}
+
+/// How long a scope no Machine uses keeps its histories: a Secret deleted and recreated (or a
+/// failure domain briefly gone) must not restart every grace.
+const SCOPE_RETENTION: SignedDuration = SignedDuration::from_hours(1);
+
+/// Poll intervals to wait after `failed` polls of a scope failed in a row: 1, 2, then 4 — fewer
+/// calls into an outage or a 429 storm (each poll retries already), without going blind for long.
+pub fn backoff_intervals(failed: u32) -> i32 {
+    1 << failed.saturating_sub(1).min(2)
 }
 
 /// The controller's state between cycles.
@@ -187,6 +202,9 @@ impl Controller {
                 by_endpoint.entry(e.clone()).or_default().push(id.clone());
             }
         }
+        for scope in self.scopes.values_mut() {
+            scope.in_use = false;
+        }
         let mut scope_of: HashMap<EndpointRef, String> = HashMap::new();
         let mut credential_errors: HashMap<EndpointRef, String> = HashMap::new();
         for (endpoint, ids) in &by_endpoint {
@@ -220,6 +238,9 @@ impl Controller {
                                         observer,
                                         usage_history: true,
                                         report,
+                                        in_use: true,
+                                        last_in_use: now,
+                                        failed_polls: 0,
                                     },
                                 );
                             }
@@ -235,6 +256,8 @@ impl Controller {
                         }
                     }
                     let scope = self.scopes.get_mut(&key).expect("inserted above");
+                    scope.in_use = true;
+                    scope.last_in_use = now;
                     let wanted: BTreeSet<&String> = ids.iter().collect();
                     scope.observer.histories.retain(|id, _| wanted.contains(id));
                     for id in ids {
@@ -248,9 +271,9 @@ impl Controller {
                 }
             }
         }
-        let live: BTreeSet<&String> = scope_of.values().collect();
-        self.scopes.retain(|k, _| live.contains(k));
-        summary.scopes = self.scopes.len();
+        self.scopes
+            .retain(|_, s| s.in_use || now.duration_since(s.last_in_use) < SCOPE_RETENTION);
+        summary.scopes = self.scopes.values().filter(|s| s.in_use).count();
 
         // Poll: one listing per scope.
         let project_of: HashMap<String, Option<String>> = scope_of
@@ -262,6 +285,10 @@ impl Controller {
             .map(|(e, k)| (k.clone(), e.zone_id.clone()))
             .collect();
         for (key, scope) in self.scopes.iter_mut() {
+            let backing_off = scope.report.next_poll.is_some_and(|due| now < due);
+            if !scope.in_use || backing_off {
+                continue;
+            }
             let project = project_of.get(key).cloned().flatten();
             let query = VmListQuery {
                 // A project name cannot be sent as projectid: list every project the key
@@ -295,7 +322,7 @@ impl Controller {
         // A host whose stats collection paused makes all its VMs look flat at once; judge
         // each CloudStack's hosts over all of its scopes.
         let mut by_cloud: BTreeMap<String, Vec<&mut crate::verdict::VmHistory>> = BTreeMap::new();
-        for scope in self.scopes.values_mut() {
+        for scope in self.scopes.values_mut().filter(|s| s.in_use) {
             by_cloud
                 .entry(scope.report.api_url.clone())
                 .or_default()
@@ -734,7 +761,12 @@ impl Controller {
         r.api = Some(self.api.clone());
         r.problems = summary.problems.clone();
         r.clusters = clusters;
-        r.scopes = self.scopes.values().map(|s| s.report.clone()).collect();
+        r.scopes = self
+            .scopes
+            .values()
+            .filter(|s| s.in_use)
+            .map(|s| s.report.clone())
+            .collect();
         r.failure_domains = fds
             .into_iter()
             .map(
@@ -779,6 +811,14 @@ async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces
         }
     }
     // Say so once when a scope starts failing and once when it recovers, not every cycle.
+    if o.listing_error.is_some() {
+        scope.failed_polls = scope.failed_polls.saturating_add(1);
+        let wait = graces.poll_interval * backoff_intervals(scope.failed_polls);
+        scope.report.next_poll = (scope.failed_polls > 1).then(|| now + wait);
+    } else {
+        scope.failed_polls = 0;
+        scope.report.next_poll = None;
+    }
     match (&scope.report.last_error, was_failing) {
         (Some(error), false) => tracing::warn!(
             scope = %scope.report.key,
@@ -801,4 +841,16 @@ async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces
         .map(|((cmd, outcome), n)| (format!("{cmd}/{outcome}"), *n))
         .collect();
     scope.report.rate_limit_wait_seconds = stats.rate_limit_wait.as_secs_f64();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_polls_back_off_to_four_intervals_at_most() {
+        let waits: Vec<i32> = (0..7).map(backoff_intervals).collect();
+        assert_eq!(waits, [1, 1, 2, 4, 4, 4, 4]);
+        assert_eq!(backoff_intervals(u32::MAX), 4);
+    }
 }
