@@ -111,11 +111,22 @@ pub async fn simulator(
 /// A simulator from a whole scenario (its `vms` must carry fixed ids); the account
 /// `admin`/[`SIM_KEY`] is added.
 pub async fn simulator_from(
-    mut scenario: Value,
+    scenario: Value,
     time_scale: f64,
 ) -> (Simulator, SimServer, BTreeMap<String, String>) {
+    simulator_from_keys(scenario, time_scale, SIM_KEY, SIM_SECRET).await
+}
+
+/// [`simulator_from`] with the admin account's keys given (e.g. sentinel values that tests
+/// then look for in logs, Events, `/status` and `/metrics`).
+pub async fn simulator_from_keys(
+    mut scenario: Value,
+    time_scale: f64,
+    api_key: &str,
+    secret_key: &str,
+) -> (Simulator, SimServer, BTreeMap<String, String>) {
     scenario["accounts"] =
-        json!([{"name": "admin", "type": "Admin", "api_key": SIM_KEY, "secret_key": SIM_SECRET}]);
+        json!([{"name": "admin", "type": "Admin", "api_key": api_key, "secret_key": secret_key}]);
     let ids = scenario["vms"]
         .as_array()
         .map(|vms| {
@@ -133,7 +144,7 @@ pub async fn simulator_from(
         &scenario.to_string(),
         "inline",
         sim::real_now_ms(),
-        (SIM_KEY, SIM_SECRET),
+        (api_key, secret_key),
     )
     .expect("scenario");
     let simulator = Simulator::with_time_scale(world, time_scale);
@@ -152,6 +163,17 @@ pub async fn simulator_with(
     vms: &[(&str, &str, &str)],
     time_scale: f64,
 ) -> (Simulator, SimServer, BTreeMap<String, String>) {
+    simulator_with_keys(settings, vms, time_scale, SIM_KEY, SIM_SECRET).await
+}
+
+/// [`simulator_with`] with the admin account's keys given.
+pub async fn simulator_with_keys(
+    settings: Value,
+    vms: &[(&str, &str, &str)],
+    time_scale: f64,
+    api_key: &str,
+    secret_key: &str,
+) -> (Simulator, SimServer, BTreeMap<String, String>) {
     let vm_entries: Vec<Value> = vms
         .iter()
         .map(|(name, guest, state)| {
@@ -164,7 +186,7 @@ pub async fn simulator_with(
         "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.0.0/16"}],
         "vms": vm_entries,
     });
-    simulator_from(scenario, time_scale).await
+    simulator_from_keys(scenario, time_scale, api_key, secret_key).await
 }
 
 /// One namespace with a cluster `c1`: the endpoint Secret `acs`, failure domain `fd1`, the
@@ -188,6 +210,17 @@ impl Fixture {
     pub async fn with_simulator(
         client: Client,
         sim: (Simulator, SimServer, BTreeMap<String, String>),
+    ) -> Self {
+        Self::with_simulator_keys(client, sim, SIM_KEY, SIM_SECRET).await
+    }
+
+    /// [`Fixture::with_simulator`] whose endpoint Secret `acs` carries the given keys (those
+    /// of a simulator made by [`simulator_with_keys`]).
+    pub async fn with_simulator_keys(
+        client: Client,
+        sim: (Simulator, SimServer, BTreeMap<String, String>),
+        api_key: &str,
+        secret_key: &str,
     ) -> Self {
         let (sim, server, vm_ids) = sim;
         let ns = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
@@ -214,8 +247,8 @@ impl Fixture {
             "acs",
             &[
                 ("api-url", &f.server.api_url()),
-                ("api-key", SIM_KEY),
-                ("secret-key", SIM_SECRET),
+                ("api-key", api_key),
+                ("secret-key", secret_key),
                 ("verify-ssl", "false"),
             ],
         )

@@ -1,0 +1,1751 @@
+//! Fault matrix, Kubernetes side (issue 6): `capc-health-shim run` as a process against the
+//! real kube-apiserver (hack/apiserver, `CAPC_HEALTH_TEST_KUBECONFIG`) and `cloudstack-sim`
+//! when the Kubernetes side misbehaves:
+//!
+//! 1. the API server goes away and comes back while the shim runs (a TCP proxy between the
+//!    shim and the API server is cut and restored: connection refused, as when the
+//!    kube-apiserver process is gone);
+//! 2. the leader is SIGKILLed during the escalation delay and the follower takes over;
+//! 3. the shim is SIGKILLed and restarted mid-grace and mid-escalation-delay;
+//! 4. a flood of concurrent status writers (CAPI-patch-helper style, optimistic locking) on
+//!    the Machine the shim writes, some of them dropping the shim's condition.
+//!
+//! Every test uses sentinel CloudStack keys and checks that neither the secret key nor a
+//! `signature=` appears in the shim's logs, the namespace's Events, `/status` or `/metrics`.
+//! Each writes its outcome as `{fault, expected, observed, ...}` to
+//! `target/fault-matrix/<test>.json` (also when it fails: `result` says which).
+//! The tests run one at a time (they share two cores and the API server's request counters).
+
+mod kube_support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use capc_health_shim::k8s::capi::Mode;
+use capc_health_shim::sim::Fault;
+use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::Client;
+use kube_support::{get, kube_client, simulator_with_keys, Fixture};
+use serde_json::{json, Value};
+use tokio::sync::{watch, Mutex};
+
+/// Evaluates `probe` (an expression that may `.await`) every 250 ms until it is `Some`,
+/// panicking with `what` after `within`.
+macro_rules! wait_for {
+    ($within:expr, $what:expr, $probe:expr) => {{
+        let within: Duration = $within;
+        let until = Instant::now() + within;
+        loop {
+            if let Some(v) = async { $probe }.await {
+                break v;
+            }
+            assert!(Instant::now() < until, "not within {:?}: {}", within, $what);
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }};
+}
+
+/// One test at a time: two shared cores, and test 2/4 read the API server's request counters.
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+const SENTINEL_KEY: &str = "SENTINEL-KEY-kubefaults";
+
+fn sentinel_secret() -> String {
+    format!(
+        "SENTINEL-SECRET-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn out_dir() -> PathBuf {
+    let d = root().join("target/fault-matrix");
+    std::fs::create_dir_all(d.join("logs")).expect("target/fault-matrix");
+    d
+}
+
+fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10.0).round() / 10.0
+}
+
+/// Seconds from `a` to `b` (negative when `b` is earlier), one decimal.
+fn between(a: Timestamp, b: Timestamp) -> f64 {
+    ((b.as_millisecond() - a.as_millisecond()) as f64 / 100.0).round() / 10.0
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fault-matrix row: written when the test ends, passed or not.
+
+struct Row {
+    test: &'static str,
+    fault: &'static str,
+    expected: String,
+    observed: Vec<String>,
+    measured: serde_json::Map<String, Value>,
+    started: Instant,
+}
+
+impl Row {
+    fn new(test: &'static str, fault: &'static str, expected: &str) -> Self {
+        Self {
+            test,
+            fault,
+            expected: expected.to_string(),
+            observed: Vec::new(),
+            measured: serde_json::Map::new(),
+            started: Instant::now(),
+        }
+    }
+
+    fn saw(&mut self, what: impl Into<String>) {
+        let what = what.into();
+        eprintln!("[{}] {what}", self.test);
+        self.observed.push(what);
+    }
+
+    fn measure(&mut self, key: &str, v: impl Into<Value>) {
+        self.measured.insert(key.to_string(), v.into());
+    }
+}
+
+impl Drop for Row {
+    fn drop(&mut self) {
+        let row = json!({
+            "test": self.test,
+            "fault": self.fault,
+            "expected": self.expected,
+            "observed": self.observed.join("; "),
+            "measured": self.measured,
+            "result": if std::thread::panicking() { "fail" } else { "pass" },
+            "run_seconds": secs(self.started.elapsed()),
+        });
+        let path = out_dir().join(format!("{}.json", self.test));
+        let _ = std::fs::write(
+            path,
+            serde_json::to_string_pretty(&row).unwrap_or_default() + "\n",
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shim as a process.
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Shim {
+    name: String,
+    child: Child,
+    log: PathBuf,
+    addr: String,
+    exited: Option<ExitStatus>,
+}
+
+impl Shim {
+    /// `capc-health-shim run` with `args` (after `run`), its output to
+    /// target/fault-matrix/logs/<test>-<name>.log (appended to across restarts).
+    fn start(test: &str, name: &str, kubeconfig: &Path, identity: &str, args: &[&str]) -> Self {
+        let log = out_dir().join(format!("logs/{test}-{name}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log file");
+        let addr = format!("127.0.0.1:{}", free_port());
+        let mut all = vec![
+            "--log",
+            "info,capc_health_shim=debug",
+            "run",
+            "--status-addr",
+            &addr,
+        ];
+        all.extend_from_slice(args);
+        let child = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))
+            .args(&all)
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOSTNAME", identity)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::from(file.try_clone().expect("log fd")))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("start capc-health-shim run");
+        Self {
+            name: name.to_string(),
+            child,
+            log,
+            addr,
+            exited: None,
+        }
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    fn exit_status(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait().expect("try_wait");
+        }
+        self.exited
+    }
+
+    fn assert_running(&mut self) {
+        if let Some(s) = self.exit_status() {
+            panic!(
+                "shim {} exited with {s}; log tail:\n{}",
+                self.name,
+                tail(&self.logs(), 30)
+            );
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        assert!(Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid()])
+            .status()
+            .expect("kill")
+            .success());
+    }
+
+    async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let until = Instant::now() + within;
+        loop {
+            if let Some(s) = self.exit_status() {
+                return s;
+            }
+            assert!(
+                Instant::now() < until,
+                "shim {} did not exit within {within:?}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGTERM and a clean exit (code 0) within 20 s.
+    async fn stop(&mut self) {
+        if self.exit_status().is_some() {
+            return;
+        }
+        self.signal("TERM");
+        let s = self.wait_exit(Duration::from_secs(20)).await;
+        assert_eq!(
+            s.code(),
+            Some(0),
+            "shim {} after SIGTERM; log tail:\n{}",
+            self.name,
+            tail(&self.logs(), 30)
+        );
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    async fn get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(&format!("http://{}{path}", self.addr)).await
+    }
+
+    async fn status(&self) -> Option<Value> {
+        match self.get("/status").await {
+            Some((200, body)) => serde_json::from_str(&body).ok(),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Shim {
+    fn drop(&mut self) {
+        if self.exit_status().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+async fn http_get(url: &str) -> Option<(u16, String)> {
+    let r = reqwest::Client::new()
+        .get(url)
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await
+        .ok()?;
+    let code = r.status().as_u16();
+    Some((code, r.text().await.ok()?))
+}
+
+/// Sum of the `capc_health_*` metric line values whose line starts with `prefix`.
+fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Machine as the API server has it.
+
+/// Per Machine, every published state with when the test first saw it.
+type History = BTreeMap<String, Vec<(Timestamp, Option<Seen>)>>;
+
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    status: String,
+    reason: String,
+    ltt: Option<Timestamp>,
+    annotated: bool,
+}
+
+async fn seen(f: &Fixture, name: &str) -> Option<Seen> {
+    let m = get(&f.client, &f.ns, &f.resources.machine, name).await;
+    let annotated = m
+        .pointer("/metadata/annotations/cluster.x-k8s.io~1remediate-machine")
+        .is_some();
+    let c = kube_support::condition(&m, f.conditions_pointer());
+    Some(Seen {
+        status: c.map(|c| c["status"].as_str().unwrap_or("").to_string())?,
+        reason: c.map(|c| c["reason"].as_str().unwrap_or("").to_string())?,
+        ltt: c
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .and_then(|t| t.parse().ok()),
+        annotated,
+    })
+}
+
+async fn wait_verdict(
+    f: &Fixture,
+    name: &str,
+    status: &str,
+    reason: &str,
+    within: Duration,
+) -> Seen {
+    wait_for!(within, &format!("{name} {status}/{reason}"), {
+        seen(f, name)
+            .await
+            .filter(|s| s.status == status && s.reason == reason)
+    })
+}
+
+/// Records every change of the Machines' published verdict (polled every 200 ms) until
+/// stopped; the history is returned by `finish`.
+struct Monitor {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<History>,
+}
+
+impl Monitor {
+    fn start(f: &Fixture, names: &[&str]) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let client = f.client.clone();
+        let ns = f.ns.clone();
+        let machine = f.resources.machine.clone();
+        let pointer = f.conditions_pointer();
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let api: Api<DynamicObject> = Api::namespaced_with(client, &ns, &machine);
+            let mut history: History = BTreeMap::new();
+            while !flag.load(Ordering::SeqCst) {
+                for n in &names {
+                    let Ok(m) = api.get(n).await else { continue };
+                    let m = serde_json::to_value(m).expect("json");
+                    let c = kube_support::condition(&m, pointer);
+                    let now = c.map(|c| Seen {
+                        status: c["status"].as_str().unwrap_or("").to_string(),
+                        reason: c["reason"].as_str().unwrap_or("").to_string(),
+                        ltt: c["lastTransitionTime"]
+                            .as_str()
+                            .and_then(|t| t.parse().ok()),
+                        annotated: m
+                            .pointer("/metadata/annotations/cluster.x-k8s.io~1remediate-machine")
+                            .is_some(),
+                    });
+                    let h = history.entry(n.clone()).or_default();
+                    if h.last().map(|(_, s)| s) != Some(&now) {
+                        h.push((Timestamp::now(), now));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            history
+        });
+        Self { stop, task }
+    }
+
+    async fn finish(self) -> History {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.expect("monitor")
+    }
+}
+
+fn describe(h: &[(Timestamp, Option<Seen>)]) -> String {
+    h.iter()
+        .map(|(_, s)| match s {
+            Some(s) => format!(
+                "{}/{}{}",
+                s.status,
+                s.reason,
+                if s.annotated { "+annotated" } else { "" }
+            ),
+            None => "-".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(" → ")
+}
+
+// ---------------------------------------------------------------------------------------------
+// No secret anywhere.
+
+/// The sentinel secret and `signature=` appear nowhere an operator or attacker could read:
+/// the shims' captured stdout/stderr, the namespace's Events (both APIs), the Machines,
+/// and the given `/status` and `/metrics` texts (scraped by the test during and after the
+/// fault). Also checks that what was searched is not empty.
+async fn assert_no_leaks(
+    f: &Fixture,
+    secret: &str,
+    shims: &[&Shim],
+    scraped: &[String],
+    row: &mut Row,
+) {
+    let mut texts: Vec<(String, String)> = Vec::new();
+    for s in shims {
+        texts.push((format!("log of {}", s.name), s.logs()));
+    }
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(f.client.clone(), &f.ns);
+    let ev = events.list(&ListParams::default()).await.expect("events");
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(f.client.clone(), &f.ns);
+    let cev = core
+        .list(&ListParams::default())
+        .await
+        .expect("core events");
+    texts.push((
+        "Events".into(),
+        serde_json::to_string(&ev.items).unwrap() + &serde_json::to_string(&cev.items).unwrap(),
+    ));
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(f.client.clone(), &f.ns, &f.resources.machine);
+    let ms = machines
+        .list(&ListParams::default())
+        .await
+        .expect("machines");
+    texts.push(("Machines".into(), serde_json::to_string(&ms.items).unwrap()));
+    for (i, s) in scraped.iter().enumerate() {
+        texts.push((format!("scraped /status or /metrics #{i}"), s.clone()));
+    }
+    let mut bytes = 0;
+    for (what, text) in &texts {
+        bytes += text.len();
+        assert!(
+            !text.contains(secret),
+            "the sentinel secret key appears in {what} (value not shown)"
+        );
+        assert!(
+            !text.contains("signature="),
+            "a request signature appears in {what}"
+        );
+        assert!(
+            !text.contains(SENTINEL_KEY) || what.starts_with("log"),
+            "the API key appears in {what}"
+        );
+    }
+    let logs: usize = shims.iter().map(|s| s.logs().len()).sum();
+    assert!(
+        logs > 0,
+        "the shims logged nothing: the log check would be vacuous"
+    );
+    assert!(
+        !ev.items.is_empty() || !cev.items.is_empty(),
+        "no Events in the namespace: the Event check would be vacuous"
+    );
+    assert!(
+        !scraped.is_empty(),
+        "nothing scraped from /status or /metrics"
+    );
+    row.saw(format!(
+        "no secret/signature= in {bytes} bytes of logs, {} Events, Machines, {} /status+/metrics scrapes",
+        ev.items.len() + cev.items.len(),
+        scraped.len()
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The API server, directly: its request counters and a proxy in front of it.
+
+fn kubeconfig_path() -> PathBuf {
+    PathBuf::from(std::env::var("CAPC_HEALTH_TEST_KUBECONFIG").expect("kubeconfig"))
+}
+
+fn apiserver_url() -> String {
+    let yaml = std::fs::read_to_string(kubeconfig_path()).expect("kubeconfig");
+    let kc = kube::config::Kubeconfig::from_yaml(&yaml).expect("kubeconfig parses");
+    kc.clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.server.clone())
+        .expect("a server in the kubeconfig")
+}
+
+/// `apiserver_request_total` summed over codes for `verb` on Machines (`subresource` "" for
+/// the main resource), from the API server's own /metrics.
+async fn apiserver_requests(verb: &str, subresource: &str) -> f64 {
+    let dir = kubeconfig_path().parent().expect("dir").to_path_buf();
+    let token = std::fs::read_to_string(dir.join("token")).expect("token next to the kubeconfig");
+    let text = reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .build()
+        .expect("client")
+        .get(format!("{}/metrics", apiserver_url()))
+        .bearer_auth(token.trim())
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .expect("apiserver /metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    let want = [
+        "group=\"cluster.x-k8s.io\"".to_string(),
+        "resource=\"machines\"".to_string(),
+        format!("subresource=\"{subresource}\""),
+        format!("verb=\"{verb}\""),
+    ];
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| want.iter().all(|w| l.contains(w.as_str())))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A TCP proxy on a fixed loopback port in front of the API server. `cut` closes the
+/// listener and every open connection (clients then get "connection refused", as when the
+/// kube-apiserver process is gone); `restore` listens again on the same port.
+struct Proxy {
+    port: u16,
+    on: watch::Sender<bool>,
+    accepted: Arc<AtomicU64>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("proxy bind");
+        let port = listener.local_addr().unwrap().port();
+        let (on, mut rx) = watch::channel(true);
+        let accepted = Arc::new(AtomicU64::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            let mut first = Some(listener);
+            loop {
+                if rx.wait_for(|on| *on).await.is_err() {
+                    return;
+                }
+                let listener = match first.take() {
+                    Some(l) => l,
+                    None => {
+                        let mut tries = 0;
+                        loop {
+                            match tokio::net::TcpListener::bind(("127.0.0.1", port)).await {
+                                Ok(l) => break l,
+                                Err(e) => {
+                                    tries += 1;
+                                    assert!(
+                                        tries < 100,
+                                        "proxy cannot listen on {port} again: {e}"
+                                    );
+                                    tokio::time::sleep(Duration::from_millis(100)).await;
+                                }
+                            }
+                        }
+                    }
+                };
+                let mut conns = tokio::task::JoinSet::new();
+                loop {
+                    tokio::select! {
+                        changed = rx.changed() => {
+                            if changed.is_err() || !*rx.borrow() { break; }
+                        }
+                        acc = listener.accept() => {
+                            let Ok((mut down, _)) = acc else { continue };
+                            count.fetch_add(1, Ordering::SeqCst);
+                            let upstream = upstream.clone();
+                            conns.spawn(async move {
+                                if let Ok(mut up) = tokio::net::TcpStream::connect(&upstream).await {
+                                    let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                                }
+                            });
+                        }
+                    }
+                }
+                drop(listener);
+                conns.abort_all();
+                while conns.join_next().await.is_some() {}
+            }
+        });
+        Self { port, on, accepted }
+    }
+
+    fn cut(&self) {
+        self.on.send_replace(false);
+    }
+
+    fn restore(&self) {
+        self.on.send_replace(true);
+    }
+
+    /// A kubeconfig like the test one whose server is this proxy (same CA, same token).
+    fn kubeconfig(&self, dir: &Path) -> PathBuf {
+        let text = std::fs::read_to_string(kubeconfig_path()).expect("kubeconfig");
+        let url = apiserver_url();
+        assert!(text.contains(&url));
+        let proxied = text.replace(&url, &format!("https://127.0.0.1:{}", self.port));
+        let path = dir.join("kubeconfig-via-proxy");
+        std::fs::write(&path, proxied).expect("write kubeconfig");
+        path
+    }
+}
+
+fn upstream_addr() -> String {
+    let url = url::Url::parse(&apiserver_url()).expect("server URL");
+    format!(
+        "{}:{}",
+        url.host_str().expect("host"),
+        url.port_or_known_default().expect("port")
+    )
+}
+
+fn annotate_mode(f: &Fixture) -> bool {
+    f.choice.mode == Mode::Annotate
+}
+
+async fn fixture(client: Client, secret: &str, vms: &[(&str, &str, &str)]) -> Fixture {
+    let sim = simulator_with_keys(
+        json!({"stats_interval_seconds": 1, "boot_seconds": 1}),
+        vms,
+        1.0,
+        SENTINEL_KEY,
+        secret,
+    )
+    .await;
+    Fixture::with_simulator_keys(client, sim, SENTINEL_KEY, secret).await
+}
+
+const NO_MASS_GUARD: [&str; 4] = [
+    "--mass-failure-count",
+    "50",
+    "--mass-failure-percent",
+    "100",
+];
+
+// ---------------------------------------------------------------------------------------------
+// 1. The API server goes away and comes back.
+
+/// Also requires that the verdicts published before the gap are not flipped when it ends
+/// (with src/controller/cycle.rs at 994dd5a this fails: a cycle that cannot read the endpoint
+/// Secret dropped the scope with every VM history, so the first poll after the return
+/// published a confirmed False/VMError as Unknown and then False with a new
+/// lastTransitionTime; the scope retention being added to cycle.rs keeps the histories).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_api_server_goes_away_and_comes_back() {
+    outage().await;
+}
+
+async fn outage() {
+    let Some(client) = kube_client().await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let mut row = Row::new(
+        "apiserver_outage",
+        "kube-apiserver unreachable for 30 s (proxy cut: connection refused) while the shim binary leads; a VM fails during the gap",
+        "the process keeps running; /status reports the problem; no published verdict is lost or flipped (the False and the True Machines unchanged, lastTransitionTimes kept, conditions never missing); after the API server returns the shim resumes writing and the fault injected in the gap is published",
+    );
+    let secret = sentinel_secret();
+    let f = fixture(
+        client.clone(),
+        &secret,
+        &[
+            ("vm-pre", "healthy", "Starting"),
+            ("vm-gap", "healthy", "Starting"),
+            ("vm-ok", "healthy", "Starting"),
+        ],
+    )
+    .await;
+    for (m, vm) in [("m-pre", "vm-pre"), ("m-gap", "vm-gap"), ("m-ok", "vm-ok")] {
+        f.machine(m, Some(vm), false, "fd1").await;
+    }
+    let proxy = Proxy::start(upstream_addr()).await;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let kubeconfig = proxy.kubeconfig(tmp.path());
+    let lease_name = format!("shim-{}", f.ns);
+    let identity = format!("shim-outage-{}", &f.ns[4..]);
+    let mut shim = Shim::start(
+        row.test,
+        "shim",
+        &kubeconfig,
+        &identity,
+        &[
+            &[
+                "--namespace",
+                &f.ns,
+                "--poll-interval",
+                "1s",
+                "--stats-interval",
+                "1s",
+            ][..],
+            &[
+                "--escalation-delay",
+                "10m",
+                "--lease-namespace",
+                &f.ns,
+                "--lease-name",
+                &lease_name,
+            ],
+            &NO_MASS_GUARD,
+        ]
+        .concat(),
+    );
+    let mut scraped = Vec::new();
+
+    // Before: leading, m-pre False (its VM failed), the others True.
+    for m in ["m-gap", "m-ok", "m-pre"] {
+        wait_verdict(&f, m, "True", "VMHealthy", Duration::from_secs(90)).await;
+    }
+    f.sim.inject_fault("vm-pre", Fault::Error).expect("fault");
+    let pre = wait_verdict(&f, "m-pre", "False", "VMError", Duration::from_secs(30)).await;
+    let ok_before = seen(&f, "m-ok").await.expect("m-ok");
+    let gap_before = seen(&f, "m-gap").await.expect("m-gap");
+    shim.assert_running();
+    let st = shim.status().await.expect("/status");
+    assert_eq!(st["leader"], true, "{st}");
+    let monitor = Monitor::start(&f, &["m-pre", "m-gap", "m-ok"]);
+
+    // The gap.
+    let cut_at = Timestamp::now();
+    let cut_instant = Instant::now();
+    proxy.cut();
+    row.saw(format!(
+        "proxy cut at {cut_at} after {} connections through it",
+        proxy.accepted.load(Ordering::SeqCst)
+    ));
+    let mut injected_at = None;
+    let mut problem: Option<(f64, String)> = None;
+    let mut healthz_ok = 0;
+    let mut probes = 0;
+    while cut_instant.elapsed() < Duration::from_secs(30) {
+        shim.assert_running();
+        probes += 1;
+        if matches!(shim.get("/healthz").await, Some((200, _))) {
+            healthz_ok += 1;
+        }
+        if injected_at.is_none() && cut_instant.elapsed() >= Duration::from_secs(5) {
+            f.sim.inject_fault("vm-gap", Fault::Error).expect("fault");
+            injected_at = Some(Timestamp::now());
+        }
+        if problem.is_none() {
+            if let Some(st) = shim.status().await {
+                let problems: Vec<String> = st["problems"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|p| p.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if !problems.is_empty() {
+                    problem = Some((secs(cut_instant.elapsed()), problems.join(" | ")));
+                    scraped.push(st.to_string());
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if let Some(m) = shim.get("/metrics").await {
+        scraped.push(m.1);
+    }
+    let during = shim.status().await.expect("/status during the gap");
+    scraped.push(during.to_string());
+    // Nothing changed on the Machines meanwhile (the shim could not write; nobody else did).
+    assert_eq!(
+        seen(&f, "m-gap").await.as_ref(),
+        Some(&gap_before),
+        "m-gap during the gap"
+    );
+    proxy.restore();
+    let restored_at = Timestamp::now();
+    row.saw(format!(
+        "gap {:.1} s; process alive throughout; /healthz 200 in {healthz_ok}/{probes} probes",
+        between(cut_at, restored_at)
+    ));
+    let (problem_after, problem_text) =
+        problem.expect("/status reported no problem during a 30 s API server outage");
+    row.saw(format!(
+        "/status problems non-empty {problem_after} s after the cut: {:?}",
+        problem_text.chars().take(160).collect::<String>()
+    ));
+    row.measure("gap_seconds", between(cut_at, restored_at));
+    row.measure("status_problem_after_cut_seconds", problem_after);
+    row.measure("healthz_ok_probes", healthz_ok);
+    row.measure("probes", probes);
+    assert_eq!(
+        healthz_ok, probes,
+        "/healthz failed while the process was up"
+    );
+
+    // After: the fault from the gap is published, the shim leads on, problems clear.
+    let gap = wait_verdict(&f, "m-gap", "False", "VMError", Duration::from_secs(120)).await;
+    let published_at = Timestamp::now();
+    let resumed = between(restored_at, published_at);
+    row.saw(format!(
+        "fault injected {:.1} s into the gap published as False/VMError {resumed} s after the API server returned",
+        between(cut_at, injected_at.expect("injected"))
+    ));
+    row.measure("resume_to_publish_seconds", resumed);
+    let st = wait_for!(
+        Duration::from_secs(60),
+        "problems clear after the return",
+        {
+            shim.status().await.filter(|s| {
+                s["problems"].as_array().is_some_and(|p| p.is_empty()) && s["leader"] == true
+            })
+        }
+    );
+    scraped.push(st.to_string());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &f.ns);
+    let lease = wait_for!(Duration::from_secs(30), "Lease renewed after the return", {
+        let l = leases.get(&lease_name).await.ok()?;
+        let spec = l.spec?;
+        let renewed: Timestamp = spec.renew_time.as_ref()?.0.to_string().parse().ok()?;
+        (spec.holder_identity.as_deref() == Some(identity.as_str()) && renewed > restored_at)
+            .then_some(renewed)
+    });
+    row.saw(format!(
+        "still leader, Lease renewed by the same identity {} s after the return; exit status: still running",
+        between(restored_at, lease)
+    ));
+    // Let the monitor see a few more seconds of the resumed shim.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    shim.assert_running();
+    let history = monitor.finish().await;
+    for (m, h) in &history {
+        row.saw(format!("{m}: {}", describe(h)));
+    }
+    // Nothing lost: our condition never vanished; the healthy Machine stayed True with its
+    // lastTransitionTime; m-pre is False/VMError at the end.
+    for (m, h) in &history {
+        assert!(
+            h.iter().all(|(_, s)| s.is_some()),
+            "{m}: our condition vanished: {}",
+            describe(h)
+        );
+    }
+    let ok_now = seen(&f, "m-ok").await.expect("m-ok");
+    assert!(
+        history["m-ok"]
+            .iter()
+            .all(|(_, s)| s.as_ref().is_some_and(|s| s.status == "True")),
+        "m-ok: {}",
+        describe(&history["m-ok"])
+    );
+    assert_eq!(ok_now.ltt, ok_before.ltt, "m-ok's lastTransitionTime moved");
+    let pre_now = seen(&f, "m-pre").await.expect("m-pre");
+    assert_eq!(
+        (pre_now.status.as_str(), pre_now.reason.as_str()),
+        ("False", "VMError")
+    );
+    // Flipped? (m-pre should have one state; m-gap True → False.)
+    // m-gap's one Unknown/VMError ("waiting for a confirming poll") is the designed first
+    // sighting of an Error; m-pre and m-ok must never change.
+    let unknowns: usize = ["m-pre", "m-ok"]
+        .iter()
+        .map(|m| {
+            history[*m]
+                .iter()
+                .filter(|(_, s)| s.as_ref().is_some_and(|s| s.status == "Unknown"))
+                .count()
+        })
+        .sum();
+    let pre_ltt_moved = pre_now.ltt != pre.ltt;
+    row.measure("unknown_publications_after_gap", unknowns as u64);
+    row.measure("false_ltt_moved", pre_ltt_moved);
+    row.measure(
+        "false_ltt_moved_by_seconds",
+        match (pre.ltt, pre_now.ltt) {
+            (Some(a), Some(b)) => between(a, b),
+            _ => 0.0,
+        },
+    );
+    if unknowns > 0 || pre_ltt_moved {
+        row.saw(format!(
+            "flipped: {unknowns} Unknown publication(s) of m-pre/m-ok after the gap; m-pre's lastTransitionTime {} → {}",
+            pre.ltt.map(|t| t.to_string()).unwrap_or_default(),
+            pre_now.ltt.map(|t| t.to_string()).unwrap_or_default()
+        ));
+    }
+    {
+        assert_eq!(unknowns, 0, "m-pre/m-ok published Unknown");
+        assert_eq!(
+            history["m-pre"].len(),
+            1,
+            "m-pre changed: {}",
+            describe(&history["m-pre"])
+        );
+        assert_eq!(
+            history["m-ok"].len(),
+            1,
+            "m-ok changed: {}",
+            describe(&history["m-ok"])
+        );
+        assert_eq!(pre_now.ltt, pre.ltt, "m-pre's lastTransitionTime moved");
+        let steps: Vec<String> = history["m-gap"]
+            .iter()
+            .filter_map(|(_, s)| s.as_ref().map(|s| format!("{}/{}", s.status, s.reason)))
+            .collect();
+        assert!(
+            steps == ["True/VMHealthy", "False/VMError"]
+                || steps == ["True/VMHealthy", "Unknown/VMError", "False/VMError"],
+            "m-gap: {}",
+            describe(&history["m-gap"])
+        );
+    }
+    assert!(
+        gap.ltt
+            .is_some_and(|t| t >= cut_at - jiff::SignedDuration::from_secs(1)),
+        "m-gap's transition predates the gap: {gap:?}"
+    );
+    if let Some(m) = shim.get("/metrics").await {
+        scraped.push(m.1);
+    }
+    assert_no_leaks(&f, &secret, &[&shim], &scraped, &mut row).await;
+    shim.stop().await;
+    row.saw("SIGTERM: exit 0");
+    f.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. The leader is killed during the escalation delay.
+
+async fn wait_leader(s: &Shim, within: Duration) -> Timestamp {
+    wait_for!(within, &format!("{} leads", s.name), {
+        s.status()
+            .await
+            .filter(|st| st["leader"] == true)
+            .map(|_| Timestamp::now())
+    })
+}
+
+async fn remediation_events(f: &Fixture, machine: &str) -> (u64, Vec<String>) {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(f.client.clone(), &f.ns);
+    let list = events.list(&ListParams::default()).await.expect("events");
+    let mut count = 0;
+    let mut notes = Vec::new();
+    for e in list.items {
+        let about = e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(machine);
+        if about && e.reason.as_deref() == Some("RemediationRequested") {
+            count += e.series.as_ref().map(|s| s.count as u64).unwrap_or(1);
+            notes.push(format!(
+                "{} by {}",
+                e.note.clone().unwrap_or_default(),
+                e.reporting_instance.clone().unwrap_or_default()
+            ));
+        }
+    }
+    (count, notes)
+}
+
+/// The failing VM is Stopped (VMStopped, 2 s grace): its grace is anchored to CloudStack's
+/// `lastupdated`, so the new leader's first poll already agrees with the published False.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_leader_killed_mid_escalation_hands_over_one_annotation() {
+    leader_kill(Fault::Stop).await;
+}
+
+/// The same with a VM in Error (VMError, one confirming poll). Ignored: the new leader starts
+/// without history and publishes the confirmed False as Unknown ("waiting for a confirming
+/// poll", src/verdict/engine.rs VM_ERROR branch) for one cycle, then False with a new
+/// lastTransitionTime: the escalation delay restarts at the takeover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "product bug: after a failover a confirmed VMError flips False → Unknown → False, restarting the escalation delay"]
+async fn the_leader_killed_mid_escalation_of_a_vm_error_keeps_the_clock() {
+    leader_kill(Fault::Error).await;
+}
+
+async fn leader_kill(fault: Fault) {
+    let Some(client) = kube_client().await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let (test, reason) = if fault == Fault::Error {
+        ("leader_killed_mid_escalation_vm_error", "VMError")
+    } else {
+        ("leader_killed_mid_escalation", "VMStopped")
+    };
+    let mut row = Row::new(
+        test,
+        if fault == Fault::Error {
+            "two shim processes with leader election (Lease 15 s, fixed in run.rs); a VM in Error (False/VMError); the leader is SIGKILLed 8 s into the 40 s escalation delay"
+        } else {
+            "two shim processes with leader election (Lease 15 s, fixed in run.rs); a VM Stopped (False/VMStopped, 2 s grace); the leader is SIGKILLed 8 s into the 40 s escalation delay"
+        },
+        "the follower takes over; exactly one remediate-machine annotation on the failing Machine, written once, at lastTransitionTime + 40 s (not takeover + 40 s), lastTransitionTime kept; the healthy Machine is never annotated",
+    );
+    let secret = sentinel_secret();
+    let f = fixture(
+        client.clone(),
+        &secret,
+        &[
+            ("vm-bad", "healthy", "Starting"),
+            ("vm-ok", "healthy", "Starting"),
+        ],
+    )
+    .await;
+    if !annotate_mode(&f) {
+        row.saw("skipped: condition mode (CAPI 1.12+) never annotates");
+        return;
+    }
+    f.machine("m-bad", Some("vm-bad"), false, "fd1").await;
+    f.machine("m-ok", Some("vm-ok"), false, "fd1").await;
+    const DELAY: f64 = 40.0;
+    let lease_name = format!("shim-{}", f.ns);
+    let args = [
+        &[
+            "--namespace",
+            &f.ns,
+            "--poll-interval",
+            "1s",
+            "--stats-interval",
+            "1s",
+        ][..],
+        &[
+            "--escalation-delay",
+            "40s",
+            "--stopped-grace",
+            "2s",
+            "--lease-namespace",
+            &f.ns,
+            "--lease-name",
+            &lease_name,
+        ],
+        &NO_MASS_GUARD,
+    ]
+    .concat();
+    let patches_before = apiserver_requests("PATCH", "").await;
+    let kubeconfig = kubeconfig_path();
+    let mut a = Shim::start(test, "a", &kubeconfig, "shim-a", &args);
+    wait_leader(&a, Duration::from_secs(60)).await;
+    let mut b = Shim::start(test, "b", &kubeconfig, "shim-b", &args);
+    wait_for!(Duration::from_secs(60), "b ready as a follower", {
+        let ready = matches!(b.get("/readyz").await, Some((200, _)));
+        b.status().await.filter(|st| ready && st["leader"] == false)
+    });
+    wait_verdict(&f, "m-bad", "True", "VMHealthy", Duration::from_secs(90)).await;
+    wait_verdict(&f, "m-ok", "True", "VMHealthy", Duration::from_secs(30)).await;
+    let monitor = Monitor::start(&f, &["m-bad", "m-ok"]);
+
+    f.sim.inject_fault("vm-bad", fault).expect("fault");
+    let bad = wait_verdict(&f, "m-bad", "False", reason, Duration::from_secs(30)).await;
+    let ltt = bad.ltt.expect("lastTransitionTime");
+    // Mid-delay: 8 s after the transition, not annotated, the leader has escalated nothing.
+    let kill_at = ltt + jiff::SignedDuration::from_secs(8);
+    while Timestamp::now() < kill_at {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !seen(&f, "m-bad").await.expect("m-bad").annotated,
+        "annotated before the delay"
+    );
+    let (_, a_metrics) = a.get("/metrics").await.expect("a /metrics");
+    assert_eq!(
+        metric(
+            &a_metrics,
+            "capc_health_escalations_total{result=\"annotated\"}"
+        ),
+        0.0
+    );
+    a.assert_running();
+    a.signal("KILL");
+    let killed_at = Timestamp::now();
+    a.wait_exit(Duration::from_secs(10)).await;
+    row.saw(format!(
+        "m-bad False/{reason}, lastTransitionTime {ltt}; leader a SIGKILLed {} s after it",
+        between(ltt, killed_at)
+    ));
+
+    let took_over = wait_leader(&b, Duration::from_secs(60)).await;
+    row.saw(format!(
+        "b leads {} s after the kill ({} s after lastTransitionTime)",
+        between(killed_at, took_over),
+        between(ltt, took_over)
+    ));
+    assert!(
+        between(ltt, took_over) < DELAY - 5.0,
+        "the takeover came too late for this test to tell the clocks apart"
+    );
+    let annotated_at = wait_for!(Duration::from_secs(DELAY as u64 + 60), "m-bad annotated", {
+        seen(&f, "m-bad")
+            .await
+            .filter(|s| s.annotated)
+            .map(|_| Timestamp::now())
+    });
+    let after_ltt = between(ltt, annotated_at);
+    let after_takeover = between(took_over, annotated_at);
+    row.saw(format!(
+        "annotation {after_ltt} s after lastTransitionTime ({after_takeover} s after the takeover; delay {DELAY} s)"
+    ));
+    row.measure("takeover_after_kill_seconds", between(killed_at, took_over));
+    row.measure("annotation_after_ltt_seconds", after_ltt);
+    row.measure("annotation_after_takeover_seconds", after_takeover);
+    // Counted from lastTransitionTime (LTT is truncated to the second: ≥ delay − 1).
+    assert!(after_ltt >= DELAY - 1.0, "annotated early: {after_ltt} s");
+    assert!(
+        after_ltt <= DELAY + 12.0,
+        "annotated late: {after_ltt} s after LTT"
+    );
+    assert!(
+        after_takeover < DELAY - 5.0,
+        "the escalation clock restarted at the takeover ({after_takeover} s)"
+    );
+    // Let b run a few more cycles: no second write.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    b.assert_running();
+    let history = monitor.finish().await;
+    for (m, h) in &history {
+        row.saw(format!("{m}: {}", describe(h)));
+    }
+    let now_bad = seen(&f, "m-bad").await.expect("m-bad");
+    assert!(now_bad.annotated);
+    assert_eq!(
+        now_bad.ltt,
+        Some(ltt),
+        "the new leader rewrote lastTransitionTime"
+    );
+    let ok = seen(&f, "m-ok").await.expect("m-ok");
+    assert!(!ok.annotated, "the healthy Machine was annotated");
+    assert!(
+        history["m-ok"].iter().all(|(_, s)| s
+            .as_ref()
+            .is_some_and(|s| s.status == "True" && !s.annotated)),
+        "m-ok: {}",
+        describe(&history["m-ok"])
+    );
+    let patches = apiserver_requests("PATCH", "").await - patches_before;
+    let (events, notes) = remediation_events(&f, "m-bad").await;
+    let (_, b_metrics) = b.get("/metrics").await.expect("b /metrics");
+    let b_annotated = metric(
+        &b_metrics,
+        "capc_health_escalations_total{result=\"annotated\"}",
+    );
+    row.saw(format!(
+        "annotation writes: {patches} Machine PATCH requests at the API server (its apiserver_request_total), {events} RemediationRequested Event(s) {notes:?}, b's escalations_total{{annotated}} = {b_annotated}, a's = 0 before the kill"
+    ));
+    row.measure("machine_patch_requests", patches);
+    row.measure("remediation_events", events);
+    assert_eq!(patches, 1.0, "annotation PATCH requests on Machines");
+    assert_eq!(events, 1, "RemediationRequested Events: {notes:?}");
+    assert_eq!(b_annotated, 1.0);
+    assert!(notes[0].contains("shim-b"), "{notes:?}");
+    let status = b.status().await.expect("b /status");
+    assert_eq!(
+        status["clusters"][format!("{}/c1", f.ns)]["machines"]["m-bad"]["escalation"],
+        "annotated"
+    );
+    let scraped = vec![a_metrics, b_metrics, status.to_string()];
+    assert_no_leaks(&f, &secret, &[&a, &b], &scraped, &mut row).await;
+    b.stop().await;
+    f.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. The shim is killed and restarted mid-grace and mid-escalation-delay.
+
+/// The Machine mid escalation-delay is False because its VM is Stopped too (stopped 25 s
+/// before the other one, so it is False when the shim dies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_shim_keeps_its_clocks() {
+    restart(Fault::Stop).await;
+}
+
+/// The same with the Machine mid escalation-delay False/VMError. Ignored: the restarted shim
+/// republishes the confirmed VMError as Unknown for one cycle and then False with a new
+/// lastTransitionTime (src/verdict/engine.rs VM_ERROR branch with a fresh history), so the
+/// annotation comes at restart + delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "product bug: a restart flips a confirmed VMError False → Unknown → False, restarting the escalation delay"]
+async fn a_restarted_shim_keeps_the_clock_of_a_vm_error() {
+    restart(Fault::Error).await;
+}
+
+async fn restart(esc_fault: Fault) {
+    let Some(client) = kube_client().await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let (test, esc_reason) = if esc_fault == Fault::Error {
+        ("shim_restart_mid_grace_vm_error", "VMError")
+    } else {
+        ("shim_restart_mid_grace", "VMStopped")
+    };
+    let mut row = Row::new(
+        test,
+        if esc_fault == Fault::Error {
+            "the shim is SIGKILLed 10 s into a 30 s VMStopped grace (m-stop) and 8 s into the 30 s escalation delay of a False/VMError Machine (m-esc), started again 6 s later (same pod identity)"
+        } else {
+            "the shim is SIGKILLed ≈14 s into a 30 s VMStopped grace (m-stop) and 8 s into the 30 s escalation delay of a False/VMStopped Machine (m-esc), started again 6 s later (same pod identity)"
+        },
+        "m-stop False at stop + 30 s (not at restart, not restart + 30 s); m-esc annotated at lastTransitionTime + 30 s (not at restart, not restart + 30 s), its lastTransitionTime kept and never un-False",
+    );
+    let secret = sentinel_secret();
+    let f = fixture(
+        client.clone(),
+        &secret,
+        &[
+            ("vm-stop", "healthy", "Starting"),
+            ("vm-esc", "healthy", "Starting"),
+            ("vm-ok", "healthy", "Starting"),
+        ],
+    )
+    .await;
+    let annotate = annotate_mode(&f);
+    for (m, vm) in [
+        ("m-stop", "vm-stop"),
+        ("m-esc", "vm-esc"),
+        ("m-ok", "vm-ok"),
+    ] {
+        f.machine(m, Some(vm), false, "fd1").await;
+    }
+    const GRACE: f64 = 30.0;
+    const DELAY: f64 = 30.0;
+    let lease_name = format!("shim-{}", f.ns);
+    let args = [
+        &[
+            "--namespace",
+            &f.ns,
+            "--poll-interval",
+            "1s",
+            "--stats-interval",
+            "1s",
+        ][..],
+        &["--stopped-grace", "30s", "--escalation-delay", "30s"],
+        &["--lease-namespace", &f.ns, "--lease-name", &lease_name],
+        &NO_MASS_GUARD,
+    ]
+    .concat();
+    let kubeconfig = kubeconfig_path();
+    let mut s1 = Shim::start(test, "shim", &kubeconfig, "shim-restart", &args);
+    for m in ["m-stop", "m-esc", "m-ok"] {
+        wait_verdict(&f, m, "True", "VMHealthy", Duration::from_secs(90)).await;
+    }
+    let monitor = Monitor::start(&f, &["m-stop", "m-esc", "m-ok"]);
+    let esc_at = Timestamp::now();
+    f.sim.inject_fault("vm-esc", esc_fault).expect("fault");
+    if esc_fault == Fault::Stop {
+        // m-esc becomes False at esc_at + 30 s; stop the other VM so that its grace is
+        // under way when m-esc is mid-delay.
+        while Timestamp::now() < esc_at + jiff::SignedDuration::from_secs(25) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    f.sim.inject_fault("vm-stop", Fault::Stop).expect("fault");
+    let stopped_at = Timestamp::now();
+    let err = wait_verdict(&f, "m-esc", "False", esc_reason, Duration::from_secs(60)).await;
+    let ltt = err.ltt.expect("lastTransitionTime");
+    // s1 has seen the VM Stopped (so its grace clock was running) before it dies.
+    let key = format!("{}/c1", f.ns);
+    let st1 = wait_for!(Duration::from_secs(30), "s1 sees vm-stop Stopped", {
+        s1.status()
+            .await
+            .filter(|st| st["clusters"][&key]["machines"]["m-stop"]["vm_state"] == "Stopped")
+    });
+    let during_grace = st1["clusters"][&key]["machines"]["m-stop"].clone();
+    let kill_at = (stopped_at + jiff::SignedDuration::from_secs(10))
+        .max(ltt + jiff::SignedDuration::from_secs(8));
+    while Timestamp::now() < kill_at {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m_stop = seen(&f, "m-stop").await.expect("m-stop");
+    assert_ne!(m_stop.status, "False", "VMStopped False before its grace");
+    assert!(
+        !seen(&f, "m-esc").await.expect("m-esc").annotated,
+        "annotated before the delay"
+    );
+    let mut scraped = vec![st1.to_string()];
+    if let Some(m) = s1.get("/metrics").await {
+        scraped.push(m.1);
+    }
+    s1.assert_running();
+    s1.signal("KILL");
+    let killed_at = Timestamp::now();
+    s1.wait_exit(Duration::from_secs(10)).await;
+    row.saw(format!(
+        "vm-stop stopped at {stopped_at}; m-stop published {}/{} during the grace (s1's report: verdict {}, reason {}); m-esc False since {ltt}; s1 SIGKILLed {} s into the grace, {} s into the delay",
+        m_stop.status,
+        m_stop.reason,
+        during_grace["verdict"],
+        during_grace["reason"],
+        between(stopped_at, killed_at),
+        between(ltt, killed_at)
+    ));
+    while Timestamp::now() < killed_at + jiff::SignedDuration::from_secs(6) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let s2 = Shim::start(test, "shim-restarted", &kubeconfig, "shim-restart", &args);
+    let restarted_at = Timestamp::now();
+    row.saw(format!(
+        "restarted {} s after the stop, {} s after m-esc's transition",
+        between(stopped_at, restarted_at),
+        between(ltt, restarted_at)
+    ));
+
+    // The stopped VM: False at stop + grace.
+    let stop_false = wait_verdict(
+        &f,
+        "m-stop",
+        "False",
+        "VMStopped",
+        Duration::from_secs(GRACE as u64 + 60),
+    )
+    .await;
+    let stop_false_at = Timestamp::now();
+    let after_stop = between(stopped_at, stop_false_at);
+    let after_restart = between(restarted_at, stop_false_at);
+    row.saw(format!(
+        "m-stop False/VMStopped {after_stop} s after the stop ({after_restart} s after the restart; grace {GRACE} s)"
+    ));
+    row.measure("stopped_false_after_stop_seconds", after_stop);
+    row.measure("stopped_false_after_restart_seconds", after_restart);
+
+    // The False Machine: annotated at LTT + delay.
+    let mut annotation = None;
+    if annotate {
+        let at = wait_for!(Duration::from_secs(DELAY as u64 + 60), "m-esc annotated", {
+            seen(&f, "m-esc")
+                .await
+                .filter(|s| s.annotated)
+                .map(|_| Timestamp::now())
+        });
+        let a_ltt = between(ltt, at);
+        let a_restart = between(restarted_at, at);
+        row.saw(format!(
+            "m-esc annotated {a_ltt} s after lastTransitionTime ({a_restart} s after the restart; delay {DELAY} s)"
+        ));
+        row.measure("annotation_after_ltt_seconds", a_ltt);
+        row.measure("annotation_after_restart_seconds", a_restart);
+        annotation = Some((a_ltt, a_restart));
+    } else {
+        row.saw("condition mode: no annotation expected (part b skipped)");
+    }
+    let history = monitor.finish().await;
+    for (m, h) in &history {
+        row.saw(format!("{m}: {}", describe(h)));
+    }
+    // Grace anchored to the stop, not reset by the restart, not skipped.
+    assert!(
+        after_stop >= GRACE - 1.0,
+        "VMStopped False early: {after_stop} s after the stop"
+    );
+    assert!(
+        after_stop <= GRACE + 10.0,
+        "VMStopped False late: {after_stop} s after the stop"
+    );
+    assert!(
+        after_restart >= 5.0,
+        "VMStopped False at once after the restart ({after_restart} s)"
+    );
+    assert!(
+        after_restart < GRACE - 5.0,
+        "the grace started over at the restart ({after_restart} s)"
+    );
+    assert!(stop_false.ltt.is_some_and(|t| t >= stopped_at));
+    if let Some((a_ltt, a_restart)) = annotation {
+        assert!(a_ltt >= DELAY - 1.0, "annotated early: {a_ltt} s");
+        assert!(a_ltt <= DELAY + 10.0, "annotated late: {a_ltt} s after LTT");
+        assert!(
+            a_restart >= 5.0,
+            "annotated at once after the restart ({a_restart} s)"
+        );
+        assert!(
+            a_restart < DELAY - 5.0,
+            "the escalation delay started over at the restart ({a_restart} s)"
+        );
+    }
+    assert_eq!(
+        seen(&f, "m-esc").await.expect("m-esc").ltt,
+        Some(ltt),
+        "lastTransitionTime changed across the restart"
+    );
+    let h = &history["m-esc"];
+    let first_false = h
+        .iter()
+        .position(|(_, s)| s.as_ref().is_some_and(|s| s.status == "False"))
+        .expect("m-esc was False");
+    assert!(
+        h[first_false..]
+            .iter()
+            .all(|(_, s)| s.as_ref().is_some_and(|s| s.status == "False")),
+        "m-esc left False across the restart: {}",
+        describe(h)
+    );
+    let ok = seen(&f, "m-ok").await.expect("m-ok");
+    assert_eq!((ok.status.as_str(), ok.annotated), ("True", false));
+    let mut s2 = s2;
+    if let Some(st) = s2.status().await {
+        scraped.push(st.to_string());
+    }
+    if let Some(m) = s2.get("/metrics").await {
+        scraped.push(m.1);
+    }
+    assert_no_leaks(&f, &secret, &[&s1, &s2], &scraped, &mut row).await;
+    s2.stop().await;
+    f.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. A flood of concurrent status writers.
+
+fn tick_time(tick: u64) -> String {
+    jiff::Timestamp::from_second(1_700_000_000 + tick as i64)
+        .expect("timestamp")
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+#[derive(Debug, Default, Clone)]
+struct WriterOutcome {
+    writes: u64,
+    conflicts: u64,
+    last_tick: u64,
+    /// Successful writes that removed the shim's condition (droppers only).
+    dropped_ours: u64,
+}
+
+/// CAPI's patch helper: GET latest → change own conditions (or, for a dropper, remove the
+/// shim's) → JSON merge patch of the status conditions with `metadata.resourceVersion`
+/// (optimistic lock); on 409 start over. Every `period` until `stop`.
+#[allow(clippy::too_many_arguments)]
+async fn writer(
+    api: Api<DynamicObject>,
+    name: String,
+    pointer: &'static str,
+    own_type: String,
+    dropper: bool,
+    period: Duration,
+    stop: Arc<AtomicBool>,
+) -> WriterOutcome {
+    let params = PatchParams {
+        field_manager: Some(format!("capi-flood-{own_type}")),
+        ..Default::default()
+    };
+    let mut out = WriterOutcome::default();
+    let mut tick = 0;
+    while !stop.load(Ordering::SeqCst) {
+        tick += 1;
+        loop {
+            let latest =
+                serde_json::to_value(api.get(&name).await.expect("writer GET")).expect("json");
+            let rv = latest["metadata"]["resourceVersion"].clone();
+            let mut list: Vec<Value> = latest
+                .pointer(pointer)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            if dropper {
+                let before = list.len();
+                list.retain(|c| c["type"] != "CloudStackVMHealthy");
+                if list.len() == before {
+                    break; // nothing to drop this tick
+                }
+            }
+            let entry = json!({"type": own_type, "status": "True", "reason": "Tick",
+                "message": format!("tick {tick}"), "lastTransitionTime": tick_time(tick)});
+            match list.iter_mut().find(|c| c["type"] == own_type.as_str()) {
+                Some(c) => *c = entry,
+                None => list.push(entry),
+            }
+            let status = if pointer == "/status/v1beta2/conditions" {
+                json!({"v1beta2": {"conditions": list}})
+            } else {
+                json!({"conditions": list})
+            };
+            let patch = json!({"metadata": {"resourceVersion": rv}, "status": status});
+            match api
+                .patch_status(&name, &params, &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    out.writes += 1;
+                    out.last_tick = tick;
+                    if dropper {
+                        out.dropped_ours += 1;
+                    }
+                    break;
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    out.conflicts += 1;
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                }
+                Err(e) => panic!("writer patch failed: {e}"),
+            }
+        }
+        tokio::time::sleep(period).await;
+    }
+    out
+}
+
+/// `condition_writes` summed over the shim's `cycle done` debug lines, and the cycles.
+fn logged_writes(log: &str) -> (u64, u64) {
+    let mut writes = 0;
+    let mut cycles = 0;
+    for l in log.lines().filter(|l| l.contains("cycle done")) {
+        cycles += 1;
+        if let Some(rest) = l.split("condition_writes: ").nth(1) {
+            writes += rest
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    (writes, cycles)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_of_conflicting_status_writers() {
+    flood(0).await;
+}
+
+/// The same flood where 2 of the 8 writers also drop the shim's condition (a writer working
+/// from a copy without it). Ignored: the shim does not put its condition back until its
+/// verdict changes (the controller trusts its own record of what it last wrote over the
+/// Machine it reads: src/controller/cycle.rs, `written`); run with `--ignored` to see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "product bug: a dropped CloudStackVMHealthy condition is not rewritten (cycle.rs `written` overrides the observed Machine)"]
+async fn a_dropped_shim_condition_is_rewritten_during_a_writer_flood() {
+    flood(2).await;
+}
+
+async fn flood(droppers: usize) {
+    let Some(client) = kube_client().await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    const N: usize = 8;
+    let (test, fault, expected) = if droppers == 0 {
+        (
+            "status_writer_flood",
+            "8 concurrent writers patch the Machine's status conditions like CAPI's patch helper (GET, change own condition, merge patch with resourceVersion, retry on 409) every 50 ms for 20 s while the binary runs; the VM fails mid-flood",
+            "the shim's condition stays on the Machine and reaches the right verdict; every writer's own condition is preserved (its last tick); the shim's status writes stay bounded (one per verdict change, counted at the API server), none after the flood",
+        )
+    } else {
+        (
+            "status_writer_flood_dropping",
+            "the same 8-writer flood, 2 of the writers also removing the shim's condition (optimistic lock, every 2 s)",
+            "the shim rewrites its condition after each drop within a few cycles (never missing > 6 s); writes ≈ drops + transitions; others' conditions preserved; no hot loop",
+        )
+    };
+    let mut row = Row::new(test, fault, expected);
+    let secret = sentinel_secret();
+    let f = fixture(
+        client.clone(),
+        &secret,
+        &[
+            ("vm-f", "healthy", "Starting"),
+            ("vm-quiet", "healthy", "Starting"),
+        ],
+    )
+    .await;
+    f.machine("m-f", Some("vm-f"), false, "fd1").await;
+    f.machine("m-quiet", Some("vm-quiet"), false, "fd1").await;
+    let args = [
+        &[
+            "--namespace",
+            &f.ns,
+            "--poll-interval",
+            "1s",
+            "--stats-interval",
+            "1s",
+        ][..],
+        &["--escalation-delay", "10m", "--no-leader-election"],
+        &NO_MASS_GUARD,
+    ]
+    .concat();
+    let applies_before = apiserver_requests("APPLY", "status").await;
+    let mut shim = Shim::start(test, "shim", &kubeconfig_path(), "shim-flood", &args);
+    wait_verdict(&f, "m-f", "True", "VMHealthy", Duration::from_secs(90)).await;
+    wait_verdict(&f, "m-quiet", "True", "VMHealthy", Duration::from_secs(30)).await;
+    let applies_start = apiserver_requests("APPLY", "status").await;
+    let (writes_start, cycles_start) = logged_writes(&shim.logs());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &f.ns, &f.resources.machine);
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let dropper = i < droppers;
+        tasks.push(tokio::spawn(writer(
+            api.clone(),
+            "m-f".into(),
+            f.conditions_pointer(),
+            format!("FloodWriter{i}"),
+            dropper,
+            if dropper {
+                Duration::from_secs(2)
+            } else {
+                Duration::from_millis(50)
+            },
+            stop.clone(),
+        )));
+    }
+    // Watch our condition during the flood: how long it stays missing after each drop.
+    let flood = Instant::now();
+    let mut injected = false;
+    let mut missing_since: Option<Instant> = None;
+    let mut longest_missing = Duration::ZERO;
+    let mut missing_now = false;
+    let mut samples = 0u64;
+    let mut missing_samples = 0u64;
+    while flood.elapsed() < Duration::from_secs(20) {
+        shim.assert_running();
+        if !injected && flood.elapsed() >= Duration::from_secs(8) {
+            f.sim.inject_fault("vm-f", Fault::Error).expect("fault");
+            injected = true;
+        }
+        let m = get(&client, &f.ns, &f.resources.machine, "m-f").await;
+        let ours = kube_support::condition(&m, f.conditions_pointer()).is_some();
+        samples += 1;
+        if ours {
+            if let Some(since) = missing_since.take() {
+                longest_missing = longest_missing.max(since.elapsed());
+            }
+            missing_now = false;
+        } else {
+            missing_samples += 1;
+            missing_since.get_or_insert_with(Instant::now);
+            missing_now = true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.expect("writer task"));
+    }
+    let flood_secs = secs(flood.elapsed());
+    if let Some(since) = missing_since {
+        longest_missing = longest_missing.max(since.elapsed());
+    }
+    let total_writes: u64 = outcomes.iter().map(|o| o.writes).sum();
+    let conflicts: u64 = outcomes.iter().map(|o| o.conflicts).sum();
+    let drops: u64 = outcomes.iter().map(|o| o.dropped_ours).sum();
+    let applies_flood = apiserver_requests("APPLY", "status").await - applies_start;
+    let (writes_end, cycles_end) = logged_writes(&shim.logs());
+    let shim_writes = writes_end - writes_start;
+    let shim_cycles = cycles_end - cycles_start;
+    row.saw(format!(
+        "{flood_secs} s flood: writers {total_writes} status writes, {conflicts} 409s retried; {drops} drops of the shim's condition; shim {shim_cycles} cycles, {shim_writes} condition writes (its log), {applies_flood} status APPLY requests at the API server"
+    ));
+    row.saw(format!(
+        "shim's condition missing in {missing_samples}/{samples} samples (every 100 ms), longest gap {:.1} s, missing at the end of the flood: {missing_now}",
+        longest_missing.as_secs_f64()
+    ));
+    row.measure("writer_writes", total_writes);
+    row.measure("writer_conflicts", conflicts);
+    row.measure("drops_of_shim_condition", drops);
+    row.measure("shim_cycles", shim_cycles);
+    row.measure("shim_condition_writes_logged", shim_writes);
+    row.measure("shim_status_apply_requests", applies_flood);
+    row.measure(
+        "shim_condition_missing_longest_seconds",
+        secs(longest_missing),
+    );
+    assert!(injected);
+    assert!(
+        total_writes >= 40,
+        "the flood should mostly succeed: {outcomes:?}"
+    );
+    // Each drop must be answered: the condition never stays missing for long.
+    assert!(
+        longest_missing < Duration::from_secs(6),
+        "the shim's condition stayed missing {longest_missing:?} after a drop (not rewritten; missing at the end: {missing_now})"
+    );
+    assert!(
+        droppers == 0 || drops >= 3,
+        "the droppers dropped too rarely to test anything: {outcomes:?}"
+    );
+
+    // After the flood: our verdict is on the Machine (within a few cycles), the writers'
+    // conditions are exactly their last ticks.
+    let settled = wait_verdict(&f, "m-f", "False", "VMError", Duration::from_secs(30)).await;
+    assert!(!settled.annotated);
+    let m = get(&client, &f.ns, &f.resources.machine, "m-f").await;
+    let list = m
+        .pointer(f.conditions_pointer())
+        .and_then(Value::as_array)
+        .expect("conditions");
+    for (i, o) in outcomes.iter().enumerate() {
+        let t = format!("FloodWriter{i}");
+        let c = list
+            .iter()
+            .find(|c| c["type"] == t.as_str())
+            .unwrap_or_else(|| panic!("{t} missing: {list:#?}"));
+        assert_eq!(c["message"], format!("tick {}", o.last_tick), "{t}: {o:?}");
+    }
+    row.saw(format!(
+        "all {N} writers' conditions at their last tick; shim's condition False/VMError"
+    ));
+
+    // Bounded, and no hot loop once the writers are gone.
+    let quiet_start = apiserver_requests("APPLY", "status").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    shim.assert_running();
+    let quiet = apiserver_requests("APPLY", "status").await - quiet_start;
+    row.saw(format!(
+        "{quiet} status APPLY requests in 5 s after the flood"
+    ));
+    row.measure("shim_status_apply_requests_quiet_5s", quiet);
+    row.measure(
+        "shim_status_apply_requests_total",
+        apiserver_requests("APPLY", "status").await - applies_before,
+    );
+    assert_eq!(quiet, 0.0, "the shim keeps writing with nothing changing");
+    // One write per drop (re-add) plus the True → False transition, a few spare: never more
+    // than one per cycle.
+    assert!(
+        applies_flood <= (drops + 4) as f64,
+        "status writes not bounded by the drops: {applies_flood} APPLYs for {drops} drops"
+    );
+    assert!(applies_flood <= shim_cycles as f64 + 2.0);
+    assert!(
+        applies_flood >= drops as f64,
+        "fewer writes ({applies_flood}) than drops ({drops}): some drops were never repaired"
+    );
+    let mut scraped = Vec::new();
+    if let Some(st) = shim.status().await {
+        scraped.push(st.to_string());
+    }
+    if let Some(m) = shim.get("/metrics").await {
+        scraped.push(m.1);
+    }
+    assert_no_leaks(&f, &secret, &[&shim], &scraped, &mut row).await;
+    shim.stop().await;
+    f.cleanup().await;
+}
