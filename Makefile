@@ -7,7 +7,7 @@ APISERVER_PROFILE ?= capi-1.9
 APISERVER_RUN := target/hack/apiserver-run
 
 .PHONY: all build demo demo-sim test test-rust test-conformance test-e2e e2e e2e-build bench timings lint fmt clean \
-	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image
+	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image fuzz
 
 all: build
 
@@ -101,6 +101,15 @@ CONTAINER_ENGINE ?= docker
 IMAGE ?= capc-health-shim:dev
 image:
 	$(CONTAINER_ENGINE) build -t $(IMAGE) .
+
+## make fuzz: the five fuzz targets of fuzz/ (parser, error envelope, signer, scenario loader,
+## condition upsert), FUZZ_SECONDS each (default 20), on the stable toolchain (`cargo fuzz -s none`,
+## cargo-fuzz from crates.io on first use); seeds from the fixtures into target/fuzz-corpus/;
+## writes target/fuzz/report.json; fails when a target crashes (input in target/fuzz/artifacts/).
+FUZZ_SECONDS ?= 20
+fuzz:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	FUZZ_SECONDS=$(FUZZ_SECONDS) $(PYTHON) fuzz/run.py
 
 lint:
 	$(CARGO) fmt --all -- --check

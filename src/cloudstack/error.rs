@@ -565,6 +565,12 @@ fn redact_params(s: &str) -> String {
             out.push_str(&s[i..i + name.len()]);
             out.push_str("<redacted>");
             i += name.len();
+            // an already redacted value is left as it is: sanitizing twice (the envelope
+            // reader, then the error) must not stack markers or eat what follows
+            if s[i..].starts_with("<redacted>") {
+                i += "<redacted>".len();
+                continue;
+            }
             while i < s.len() {
                 let b = s.as_bytes()[i];
                 if matches!(b, b'&' | b' ' | b'"' | b'\'' | b'<' | b'>' | b',' | b')') {

@@ -198,12 +198,16 @@ pub mod lenient {
             Value::Number(n) => n
                 .as_u64()
                 .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)),
-            Value::String(s) => s
-                .trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|f| *f >= 0.0)
-                .map(|f| f as u64),
+            // an integer as such (via f64 it would lose digits above 2^53), else `"1024.0"`
+            Value::String(s) => {
+                let s = s.trim();
+                s.parse::<u64>().ok().or_else(|| {
+                    s.parse::<f64>()
+                        .ok()
+                        .filter(|f| *f >= 0.0)
+                        .map(|f| f as u64)
+                })
+            }
             _ => None,
         })
     }
@@ -211,7 +215,12 @@ pub mod lenient {
     pub fn i64_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
         Ok(match Value::deserialize(d)? {
             Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-            Value::String(s) => s.trim().parse::<f64>().ok().map(|f| f as i64),
+            Value::String(s) => {
+                let s = s.trim();
+                s.parse::<i64>()
+                    .ok()
+                    .or_else(|| s.parse::<f64>().ok().map(|f| f as i64))
+            }
             _ => None,
         })
     }

@@ -152,8 +152,9 @@ fn trim_ascii(b: &[u8]) -> &[u8] {
         .rposition(|c| !c.is_ascii_whitespace())
         .map_or(start, |e| e + 1);
     let b = &b[start..end.max(start)];
-    // a UTF-8 byte-order mark before the JSON
-    b.strip_prefix(&[0xEF, 0xBB, 0xBF][..]).unwrap_or(b)
+    // a UTF-8 byte-order mark before the JSON, maybe followed by whitespace
+    b.strip_prefix(&[0xEF, 0xBB, 0xBF][..])
+        .map_or(b, <[u8]>::trim_ascii_start)
 }
 
 /// The response name CloudStack uses for a command: `listvirtualmachinesresponse`.
