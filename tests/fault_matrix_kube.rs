@@ -979,12 +979,10 @@ async fn the_leader_killed_mid_escalation_hands_over_one_annotation() {
     leader_kill(Fault::Stop).await;
 }
 
-/// The same with a VM in Error (VMError, one confirming poll). Ignored: the new leader starts
-/// without history and publishes the confirmed False as Unknown ("waiting for a confirming
-/// poll", src/verdict/engine.rs VM_ERROR branch) for one cycle, then False with a new
-/// lastTransitionTime: the escalation delay restarts at the takeover.
+/// The same with a VM in Error (VMError needs a confirming poll): the new leader starts without
+/// history, and the False its predecessor published must stand for that poll, or it flips the
+/// verdict to Unknown and back and restarts the escalation delay at the takeover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "product bug: after a failover a confirmed VMError flips False → Unknown → False, restarting the escalation delay"]
 async fn the_leader_killed_mid_escalation_of_a_vm_error_keeps_the_clock() {
     leader_kill(Fault::Error).await;
 }
@@ -1184,12 +1182,10 @@ async fn a_restarted_shim_keeps_its_clocks() {
     restart(Fault::Stop).await;
 }
 
-/// The same with the Machine mid escalation-delay False/VMError. Ignored: the restarted shim
-/// republishes the confirmed VMError as Unknown for one cycle and then False with a new
-/// lastTransitionTime (src/verdict/engine.rs VM_ERROR branch with a fresh history), so the
-/// annotation comes at restart + delay.
+/// The same with the Machine mid escalation-delay False/VMError: the restarted shim must keep
+/// the confirmed verdict and its lastTransitionTime, so the annotation comes at transition +
+/// delay, not at restart + delay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "product bug: a restart flips a confirmed VMError False → Unknown → False, restarting the escalation delay"]
 async fn a_restarted_shim_keeps_the_clock_of_a_vm_error() {
     restart(Fault::Error).await;
 }
@@ -1535,11 +1531,9 @@ async fn a_flood_of_conflicting_status_writers() {
 }
 
 /// The same flood where 2 of the 8 writers also drop the shim's condition (a writer working
-/// from a copy without it). Ignored: the shim does not put its condition back until its
-/// verdict changes (the controller trusts its own record of what it last wrote over the
-/// Machine it reads: src/controller/cycle.rs, `written`); run with `--ignored` to see it.
+/// from a copy without it): the shim must put it back. (It once trusted its own record of its
+/// last write over every later version of the Machine and never did.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "product bug: a dropped CloudStackVMHealthy condition is not rewritten (cycle.rs `written` overrides the observed Machine)"]
 async fn a_dropped_shim_condition_is_rewritten_during_a_writer_flood() {
     flood(2).await;
 }

@@ -70,7 +70,29 @@ pub struct Controller {
     scopes: BTreeMap<String, ScopeState>,
     /// What this process last wrote per Machine uid: the watch cache can lag behind our own
     /// writes, and a lagging read must not cause a second write.
-    written: HashMap<String, ConditionState>,
+    written: HashMap<String, Written>,
+}
+
+/// A condition this process wrote, and the version of the Machine it was based on.
+#[derive(Debug, Clone)]
+struct Written {
+    condition: ConditionState,
+    based_on: Option<String>,
+}
+
+/// What the Machine's condition is, given the watch cache's view and our last write: while the
+/// cache still shows the version our write was based on, it lags and our write is newer; once
+/// it shows any other version, the cache is the truth — even if another writer dropped or
+/// changed our condition (then it is written again).
+fn current_condition<'a>(
+    cached: Option<&'a ConditionState>,
+    cached_version: Option<&str>,
+    written: Option<&'a Written>,
+) -> (Option<&'a ConditionState>, bool) {
+    match written {
+        Some(w) if w.based_on.as_deref() == cached_version => (Some(&w.condition), true),
+        _ => (cached, false),
+    }
 }
 
 /// What a cycle did, for logs and tests.
@@ -189,9 +211,19 @@ impl Controller {
             .collect();
         self.written.retain(|uid, _| live_uids.contains(uid));
         for t in targets.iter_mut() {
-            if let Some(mine) = t.machine.uid.as_ref().and_then(|u| self.written.get(u)) {
-                // Only our writes change this condition type; ours is the newest.
-                t.current = Some(mine.clone());
+            let Some(uid) = t.machine.uid.clone() else {
+                continue;
+            };
+            let (current, lagging) = current_condition(
+                t.current.as_ref(),
+                t.machine.resource_version.as_deref(),
+                self.written.get(&uid),
+            );
+            let current = current.cloned();
+            if lagging {
+                t.current = current;
+            } else {
+                self.written.remove(&uid);
             }
         }
 
@@ -523,6 +555,9 @@ impl Controller {
                 history.anchor_state_since(since);
             }
         }
+        if let Some(current) = t.current.as_ref().filter(|c| c.status == Status::False) {
+            history.credit_published_false(&current.reason, &self.graces);
+        }
         let facts = MachineFacts {
             has_node: t.machine.has_node_ref,
             deleting: t.machine.deleting,
@@ -556,7 +591,13 @@ impl Controller {
             Ok(()) => {
                 summary.condition_writes += 1;
                 if let Some(uid) = &t.machine.uid {
-                    self.written.insert(uid.clone(), next.clone());
+                    self.written.insert(
+                        uid.clone(),
+                        Written {
+                            condition: next.clone(),
+                            based_on: t.machine.resource_version.clone(),
+                        },
+                    );
                 }
                 if t.current.as_ref().map(|c| c.status) != Some(next.status) {
                     self.metrics.record_transition(next.status, &next.reason);
@@ -846,6 +887,36 @@ async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn condition(status: Status, reason: &'static str) -> ConditionState {
+        ConditionState {
+            type_: "CloudStackVMHealthy".into(),
+            status,
+            reason: reason.into(),
+            message: String::new(),
+            last_transition_time: "2026-12-01T00:00:00Z".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn our_write_counts_only_while_the_cache_lags_behind_it() {
+        let ours = Written {
+            condition: condition(Status::False, crate::verdict::reason::VM_ERROR),
+            based_on: Some("41".into()),
+        };
+        let cached = condition(Status::True, crate::verdict::reason::VM_HEALTHY);
+        // The cache still shows the version we wrote on top of: ours is newer.
+        let (c, lagging) = current_condition(Some(&cached), Some("41"), Some(&ours));
+        assert!(lagging);
+        assert_eq!(c, Some(&ours.condition));
+        // The cache moved on (our write, or someone's after it): it is the truth, also when
+        // another writer dropped our condition.
+        let (c, lagging) = current_condition(None, Some("57"), Some(&ours));
+        assert!(!lagging);
+        assert_eq!(c, None);
+        let (c, _) = current_condition(Some(&cached), Some("57"), None);
+        assert_eq!(c, Some(&cached));
+    }
 
     #[test]
     fn failed_polls_back_off_to_four_intervals_at_most() {

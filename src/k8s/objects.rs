@@ -35,6 +35,8 @@ pub struct MachineView {
     pub namespace: String,
     pub name: String,
     pub uid: Option<String>,
+    /// The version of the object this view was read from.
+    pub resource_version: Option<String>,
     pub cluster_name: String,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
@@ -68,6 +70,7 @@ impl MachineView {
                 .to_string(),
             name,
             uid: str_at(m, "/metadata/uid").map(str::to_string),
+            resource_version: str_at(m, "/metadata/resourceVersion").map(str::to_string),
             cluster_name: str_at(m, "/spec/clusterName")
                 .unwrap_or_default()
                 .to_string(),

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use jiff::Timestamp;
 use serde::Serialize;
 
-use super::Graces;
+use super::{reason, Graces};
 use crate::cloudstack::model::{CsTime, HostControlState, UsageSample, VirtualMachine, VmState};
 
 /// The outcome of one poll of a VM's scope, as far as this VM is concerned.
@@ -192,6 +192,35 @@ impl VmHistory {
     pub fn anchor_state_since(&mut self, at: Timestamp) {
         if let Some(since) = self.state_since {
             self.state_since = Some(since.min(at));
+        }
+    }
+
+    /// A `False` that the VM's Machine already carries — published by an earlier process of the
+    /// shim, before a restart or a change of leader — stands for the confirming polls this
+    /// fresh history lacks, as long as the latest poll shows the same evidence. Without it a
+    /// new process would flip a confirmed verdict to Unknown and back, and restart the
+    /// escalation delay and MHC's timeout with a new transition time.
+    pub fn credit_published_false(&mut self, published_reason: &str, graces: &Graces) {
+        if self.last_error.is_some() || self.last_success.is_none() {
+            return;
+        }
+        let state = self.sighting.as_ref().map(|s| &s.state);
+        match published_reason {
+            reason::VM_ERROR if self.absent_polls == 0 && state == Some(&VmState::Error) => {
+                self.state_polls = self
+                    .state_polls
+                    .max(graces.error_confirm_polls.saturating_add(1));
+            }
+            reason::VM_DESTROYED
+                if self.absent_polls == 0
+                    && matches!(state, Some(VmState::Destroyed | VmState::Expunging)) =>
+            {
+                self.state_polls = self.state_polls.max(graces.not_found_polls);
+            }
+            reason::VM_NOT_FOUND if self.absent_polls > 0 => {
+                self.absent_polls = self.absent_polls.max(graces.not_found_polls);
+            }
+            _ => {}
         }
     }
 
