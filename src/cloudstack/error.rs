@@ -155,8 +155,9 @@ pub enum CloudStackError {
         snippet: String,
     },
 
-    /// JSON, but not the shape CloudStack sends for this command.
-    #[error("the CloudStack response was JSON but not the expected shape: {detail}")]
+    /// Declared JSON but unreadable (truncated, corrupt), or JSON of a shape CloudStack does not
+    /// send for this command.
+    #[error("the CloudStack response could not be read: {detail}")]
     Malformed { detail: String },
 
     /// The client configuration cannot work (bad URL, bad CA bundle, missing Secret key …).

@@ -120,7 +120,7 @@ fn body_json(reply: Reply<'_>) -> Result<Value, CloudStackError> {
                 // claims JSON and starts like JSON but does not parse: truncated or corrupt
                 return Err(CloudStackError::Malformed {
                     detail: format!(
-                        "HTTP {} body is not valid JSON ({} bytes)",
+                        "HTTP {} body is declared JSON but does not parse, truncated or corrupt ({} bytes)",
                         reply.status,
                         reply.body.len()
                     ),
