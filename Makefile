@@ -49,7 +49,7 @@ e2e: build apiserver-runner e2e-build
 ## against the CAPI 1.13 CRDs (v1beta2 storage, unhealthyMachineConditions).
 test-rust: apiserver-runner
 	hack/with-apiserver.sh capi-1.9 $(CARGO) test
-	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_rbac --test controller_rows --test controller_faults --test run_binary --test deploy_manifests
+	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_rbac --test controller_rows --test controller_faults --test fault_matrix --test run_binary --test deploy_manifests
 
 test-conformance: build
 	$(PYTHON) -m pytest -q tests/conformance
