@@ -1172,6 +1172,120 @@ async fn leader_kill(fault: Fault) {
     f.cleanup().await;
 }
 
+/// The leader is cut off from the API server (its own proxy) for longer than its Lease, the
+/// follower takes over, then the old leader's connection comes back. The Lease library only
+/// logs and retries while the API server is away, so the old leader must find out from the
+/// Lease itself before it acts again: it exits (code 5) without running another cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_cut_off_past_its_lease_does_not_write_after_its_successor_took_over() {
+    let Some(client) = kube_client().await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let test = "leader_partitioned";
+    let mut row = Row::new(
+        test,
+        "two shims; the leader reaches the API server through a proxy that is cut for longer than the 15 s Lease while the follower (direct) takes over and a VM fails; then the proxy comes back",
+        "the follower leads and publishes the fault; the old leader runs no cycle after its connection returns and exits with code 5 (lost Lease)",
+    );
+    let secret = sentinel_secret();
+    let f = fixture(
+        client.clone(),
+        &secret,
+        &[
+            ("vm-bad", "healthy", "Starting"),
+            ("vm-ok", "healthy", "Starting"),
+        ],
+    )
+    .await;
+    f.machine("m-bad", Some("vm-bad"), false, "fd1").await;
+    f.machine("m-ok", Some("vm-ok"), false, "fd1").await;
+    let lease_name = format!("shim-{}", f.ns);
+    let args = [
+        &[
+            "--namespace",
+            &f.ns,
+            "--poll-interval",
+            "1s",
+            "--stats-interval",
+            "1s",
+            "--stopped-grace",
+            "2s",
+        ][..],
+        &["--lease-namespace", &f.ns, "--lease-name", &lease_name],
+        &NO_MASS_GUARD,
+    ]
+    .concat();
+    let proxy = Proxy::start(upstream_addr()).await;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut a = Shim::start(test, "a", &proxy.kubeconfig(tmp.path()), "shim-a", &args);
+    wait_leader(&a, Duration::from_secs(60)).await;
+    let mut b = Shim::start(test, "b", &kubeconfig_path(), "shim-b", &args);
+    wait_for!(Duration::from_secs(60), "b ready as a follower", {
+        let ready = matches!(b.get("/readyz").await, Some((200, _)));
+        b.status().await.filter(|st| ready && st["leader"] == false)
+    });
+    wait_verdict(&f, "m-ok", "True", "VMHealthy", Duration::from_secs(90)).await;
+
+    proxy.cut();
+    let cut_at = Timestamp::now();
+    let took_over = wait_leader(&b, Duration::from_secs(60)).await;
+    row.saw(format!(
+        "b leads {} s after the cut",
+        between(cut_at, took_over)
+    ));
+    f.sim.inject_fault("vm-bad", Fault::Stop).expect("fault");
+    wait_verdict(&f, "m-bad", "False", "VMStopped", Duration::from_secs(30)).await;
+    a.assert_running();
+    let log_before_restore = a.logs().len();
+    proxy.restore();
+    let restored_at = Timestamp::now();
+    let status = a.wait_exit(Duration::from_secs(60)).await;
+    let exited_at = Timestamp::now();
+    let after = a.logs()[log_before_restore..].to_string();
+    let (_, cycles_after) = logged_writes(&after);
+    row.saw(format!(
+        "a exited {} s after its connection returned ({status}); cycles it ran after that: {cycles_after}",
+        between(restored_at, exited_at)
+    ));
+    row.measure("takeover_after_cut_seconds", between(cut_at, took_over));
+    row.measure("old_leader_cycles_after_restore", cycles_after as f64);
+    row.measure(
+        "old_leader_exit_after_restore_seconds",
+        between(restored_at, exited_at),
+    );
+    assert_eq!(
+        status.code(),
+        Some(5),
+        "exit code: {status}\n{}",
+        tail(&after, 20)
+    );
+    assert_eq!(
+        cycles_after,
+        0,
+        "the old leader ran cycles:\n{}",
+        tail(&after, 20)
+    );
+    assert!(
+        after.contains("no longer the leader"),
+        "{}",
+        tail(&after, 20)
+    );
+    b.assert_running();
+    let (_, b_metrics) = b.get("/metrics").await.expect("b /metrics");
+    let b_status = b.status().await.expect("b /status");
+    assert_no_leaks(
+        &f,
+        &secret,
+        &[&a, &b],
+        &[b_metrics, b_status.to_string()],
+        &mut row,
+    )
+    .await;
+    b.stop().await;
+    f.cleanup().await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. The shim is killed and restarted mid-grace and mid-escalation-delay.
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
 use rand::Rng;
 use tokio::sync::{watch, RwLock};
 
@@ -15,6 +16,7 @@ use super::cycle::Controller;
 use super::kube_io::{self, Resources, Stores};
 use crate::http::{self, HttpState};
 use crate::k8s::capi::{choose, ApiChoice};
+use crate::k8s::lease;
 use crate::metrics::Metrics;
 use crate::status::StatusReport;
 
@@ -147,6 +149,7 @@ pub async fn main(args: RunArgs) -> u8 {
 
     // Leader election: only the leader polls and writes.
     let mut lease = None;
+    let mut lease_check: Option<(kube::Api<Lease>, String)> = None;
     if !args.no_leader_election {
         let namespace = args
             .lease_namespace
@@ -158,6 +161,10 @@ pub async fn main(args: RunArgs) -> u8 {
             .unwrap_or_else(|| "default".to_string());
         let identity = std::env::var("HOSTNAME")
             .unwrap_or_else(|_| format!("capc-health-shim-{}", uuid::Uuid::new_v4()));
+        lease_check = Some((
+            kube::Api::<Lease>::namespaced(client.clone(), namespace.trim()),
+            identity.clone(),
+        ));
         let manager =
             match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
                 .with_namespace(namespace.trim())
@@ -214,8 +221,39 @@ pub async fn main(args: RunArgs) -> u8 {
     let mut code = exit::STOPPED;
     let mut last_discovery = std::time::Instant::now();
     loop {
-        let summary = controller.cycle(Timestamp::now()).await;
-        tracing::debug!(?summary, "cycle done");
+        let mut lost_lease = None;
+        let mut may_write = true;
+        if let Some((leases, identity)) = &lease_check {
+            match leases.get(&args.lease_name).await {
+                Ok(l) => match lease::hold(l.spec.as_ref(), identity, Timestamp::now()) {
+                    lease::Hold::Ours => {}
+                    lease::Hold::Expired(why) => {
+                        may_write = false;
+                        report.write().await.problems = vec![format!(
+                            "not writing until the leader Lease is renewed: {why}"
+                        )];
+                    }
+                    lease::Hold::Lost(why) => lost_lease = Some(why),
+                },
+                Err(e) => {
+                    // Writes would fail the same way; skip the cycle rather than act unconfirmed.
+                    may_write = false;
+                    report.write().await.problems = vec![format!(
+                        "cannot confirm the leader Lease: {}",
+                        kube_io::kube_error_summary(&e)
+                    )];
+                }
+            }
+        }
+        if let Some(why) = lost_lease {
+            tracing::error!(reason = %why, "no longer the leader; stopping writes and exiting");
+            code = exit::LOST_LEASE;
+            break;
+        }
+        if may_write {
+            let summary = controller.cycle(Timestamp::now()).await;
+            tracing::debug!(?summary, "cycle done");
+        }
         if last_discovery.elapsed() >= REDISCOVERY_EVERY {
             last_discovery = std::time::Instant::now();
             let (served, _) = kube_io::discover(&client).await;

@@ -6,10 +6,12 @@
 //! - [`objects`]: tolerant views of Machines, MHC selection, Node matching (NodeNotLinked).
 //! - [`conditions`]: reading our condition back; the server-side-apply body for one entry.
 //! - [`escalation`]: the remediate-machine annotation and its guards.
+//! - [`lease`]: whether the leader's hold on its Lease still stands.
 
 pub mod capi;
 pub mod conditions;
 pub mod escalation;
+pub mod lease;
 pub mod objects;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
