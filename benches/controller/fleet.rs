@@ -1,0 +1,292 @@
+//! The fleet of the controller bench: an in-process `cloudstack-sim` holding N healthy VMs,
+//! and in the API server N Machines + CloudStackMachines (the shapes of
+//! `tests/kube_support`'s `Fixture`) over [`CLUSTERS`] clusters, each with its failure domain
+//! and MachineHealthCheck, all pointing at one endpoint Secret (one CloudStack scope). Plus a
+//! watch of the Machines that tracks the shim's condition on each.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use capc_health_shim::controller::kube_io::{self, Resources};
+use capc_health_shim::k8s::capi::{choose, ApiChoice, Mode};
+use capc_health_shim::sim::{self, SimServer, Simulator};
+use futures::stream::{self, StreamExt, TryStreamExt};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Client;
+use serde_json::{json, Value};
+
+pub const SIM_KEY: &str = "bench-key";
+pub const SIM_SECRET: &str = "bench-secret";
+pub const ZONE_ID: &str = "1d8d87d4-1425-459c-8d81-c6f57dca2bd2";
+pub const NAMESPACE: &str = "bench";
+pub const CONDITION: &str = "CloudStackVMHealthy";
+/// Clusters the Machines are spread over (round robin).
+pub const CLUSTERS: usize = 10;
+/// Objects created concurrently during set-up.
+const CREATE_CONCURRENCY: usize = 24;
+
+pub fn machine_name(i: usize) -> String {
+    format!("m-{i:05}")
+}
+
+fn cluster_name(i: usize) -> String {
+    format!("c{}", i % CLUSTERS)
+}
+
+pub async fn client_from_kubeconfig(path: &std::path::Path) -> Result<Client> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let yaml = std::fs::read_to_string(path).context("kubeconfig")?;
+    let kc = kube::config::Kubeconfig::from_yaml(&yaml)?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await?;
+    Ok(Client::try_from(cfg)?)
+}
+
+/// The simulator: `n` Running healthy VMs `vm-<i>` (ids returned in order), stats every
+/// `stats_interval` s, real-time clock.
+pub async fn simulator(
+    n: usize,
+    stats_interval: u64,
+) -> Result<(Simulator, SimServer, Vec<String>)> {
+    let ids: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let vms: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| json!({"name": format!("vm-{i}"), "id": id, "guest": "healthy", "state": "Running"}))
+        .collect();
+    let scenario = json!({
+        "settings": {"stats_interval_seconds": stats_interval, "boot_seconds": 1},
+        "accounts": [{"name": "admin", "type": "Admin", "api_key": SIM_KEY, "secret_key": SIM_SECRET}],
+        "zones": [{"name": "zone-a", "id": ZONE_ID}],
+        "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.0.0/16"}],
+        "vms": vms,
+    });
+    let world = sim::parse_scenario(
+        &scenario.to_string(),
+        "bench",
+        sim::real_now_ms(),
+        (SIM_KEY, SIM_SECRET),
+    )
+    .map_err(|e| anyhow::anyhow!("scenario: {e:?}"))?;
+    let simulator = Simulator::with_time_scale(world, 1.0);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let server = sim::serve(listener, simulator.clone()).await?;
+    Ok((simulator, server, ids))
+}
+
+pub struct Kube {
+    pub client: Client,
+    pub choice: ApiChoice,
+    pub resources: Resources,
+}
+
+impl Kube {
+    pub async fn connect(kubeconfig: &std::path::Path) -> Result<Self> {
+        let client = client_from_kubeconfig(kubeconfig).await?;
+        let (served, _) = kube_io::discover(&client).await;
+        let choice = choose(&served, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let resources = Resources::for_choice(&choice);
+        Ok(Self {
+            client,
+            choice,
+            resources,
+        })
+    }
+
+    async fn create(&self, r: &ApiResource, body: Value) -> Result<()> {
+        let api: Api<DynamicObject> = if r.kind == "Namespace" {
+            Api::all_with(self.client.clone(), r)
+        } else {
+            Api::namespaced_with(self.client.clone(), NAMESPACE, r)
+        };
+        let obj: DynamicObject = serde_json::from_value(body)?;
+        let mut attempt = 0;
+        loop {
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+                Err(e) if attempt < 5 => {
+                    attempt += 1;
+                    eprintln!("  create {} retry {attempt}: {e}", r.kind);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(e).with_context(|| format!("create {}", r.kind)),
+            }
+        }
+    }
+
+    /// Namespace, endpoint Secret, per cluster the Cluster, failure domain and MHC, then the
+    /// Machines + CloudStackMachines (Machine `i` → VM `ids[i]`), [`CREATE_CONCURRENCY`] in
+    /// flight.
+    pub async fn populate(&self, api_url: &str, ids: &[String]) -> Result<()> {
+        let ar = |g: &str, v: &str, k: &str, p: &str| {
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), p)
+        };
+        self.create(
+            &ar("", "v1", "Namespace", "namespaces"),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
+        )
+        .await?;
+        self.create(&ar("", "v1", "Secret", "secrets"), json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "acs", "namespace": NAMESPACE},
+            "stringData": {"api-url": api_url, "api-key": SIM_KEY, "secret-key": SIM_SECRET, "verify-ssl": "false"}}))
+            .await?;
+        let r = &self.resources;
+        for c in 0..CLUSTERS {
+            let cluster = cluster_name(c);
+            let fd = &r.failure_domain;
+            self.create(fd, json!({"apiVersion": fd.api_version, "kind": "CloudStackFailureDomain",
+                "metadata": {"name": format!("{cluster}-fd1-hash"), "namespace": NAMESPACE, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+                "spec": {"name": "fd1", "zone": {"name": "zone-a", "id": ZONE_ID, "network": {"name": "capi-shared"}},
+                         "acsEndpoint": {"name": "acs", "namespace": NAMESPACE}}})).await?;
+            self.create(
+                &r.cluster,
+                json!({"apiVersion": r.cluster.api_version, "kind": "Cluster",
+                "metadata": {"name": cluster, "namespace": NAMESPACE},
+                "spec": {"controlPlaneEndpoint": {"host": "10.1.1.2", "port": 6443}}}),
+            )
+            .await?;
+            let mut mhc = json!({"apiVersion": r.mhc.api_version, "kind": "MachineHealthCheck",
+                "metadata": {"name": format!("{cluster}-mhc"), "namespace": NAMESPACE},
+                "spec": {"clusterName": cluster, "selector": {}}});
+            if self.choice.mode == Mode::Condition {
+                mhc["spec"]["checks"] = json!({"unhealthyMachineConditions": [{"type": CONDITION, "status": "False", "timeoutSeconds": 0}]});
+            }
+            self.create(&r.mhc, mhc).await?;
+        }
+        stream::iter(ids.iter().enumerate())
+            .map(|(i, id)| self.machine(i, id))
+            .buffer_unordered(CREATE_CONCURRENCY)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    /// Machine `m-<i>` owned by a MachineSet, its CloudStackMachine with instance `id`.
+    async fn machine(&self, i: usize, id: &str) -> Result<()> {
+        let name = machine_name(i);
+        let cluster = cluster_name(i);
+        let r = &self.resources;
+        let csm = &r.cloudstack_machine;
+        let infra_ref = if r.machine.version == "v1beta2" {
+            json!({"apiGroup": csm.group, "kind": "CloudStackMachine", "name": format!("{name}-csm")})
+        } else {
+            json!({"apiVersion": csm.api_version, "kind": "CloudStackMachine", "name": format!("{name}-csm")})
+        };
+        self.create(&r.machine, json!({
+            "apiVersion": r.machine.api_version, "kind": "Machine",
+            "metadata": {"name": name, "namespace": NAMESPACE,
+                "labels": {"cluster.x-k8s.io/cluster-name": cluster, "pool": "md-0"},
+                "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineSet", "name": format!("{cluster}-md-0"),
+                    "uid": "6a2b7a5e-1a62-4d2f-9d84-0d8c7a1f0b11", "controller": true}]},
+            "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": "bootstrap"}, "infrastructureRef": infra_ref}
+        })).await?;
+        self.create(csm, json!({
+            "apiVersion": csm.api_version, "kind": "CloudStackMachine",
+            "metadata": {"name": format!("{name}-csm"), "namespace": NAMESPACE, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+            "spec": {"offering": {"name": "small"}, "template": {"name": "ubuntu"}, "failureDomainName": "fd1", "instanceID": id}
+        })).await
+    }
+}
+
+/// What the bench's own watch of the Machines has seen of the shim's condition.
+#[derive(Debug, Default)]
+pub struct Verdicts {
+    /// Machine → current status of the condition (absent: no condition yet).
+    pub status: HashMap<String, String>,
+    /// Every Machine that was `False` at some point, with when that was first seen.
+    pub first_false: HashMap<String, Instant>,
+    /// `(reason, message)` last seen per Machine.
+    pub last: HashMap<String, (String, String)>,
+    /// Updates that changed a Machine's existing condition (status, reason or message).
+    pub changes: u64,
+    /// The condition history of the first Machine (`m-00000`), at most 40 entries.
+    pub trace: Vec<(Instant, String, String, String)>,
+}
+
+impl Verdicts {
+    pub fn with_condition(&self) -> usize {
+        self.status.len()
+    }
+
+    /// `status/reason` → Machines.
+    pub fn census(&self) -> String {
+        let mut by: std::collections::BTreeMap<String, usize> = Default::default();
+        for (name, st) in &self.status {
+            let reason = self.last.get(name).map(|l| l.0.as_str()).unwrap_or("");
+            *by.entry(format!("{st}/{reason}")).or_default() += 1;
+        }
+        by.iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Machines whose condition has this reason.
+    pub fn with_reason(&self, reason: &str) -> usize {
+        self.last.values().filter(|l| l.0 == reason).count()
+    }
+
+    pub fn false_now(&self) -> HashSet<String> {
+        self.status
+            .iter()
+            .filter(|(_, s)| *s == "False")
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+}
+
+/// Watches the Machines of [`NAMESPACE`] (directly on the API server, never through the
+/// soak's proxy) and keeps [`Verdicts`] current.
+pub fn watch_verdicts(kube: &Kube) -> (Arc<Mutex<Verdicts>>, tokio::task::JoinHandle<()>) {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(kube.client.clone(), NAMESPACE, &kube.resources.machine);
+    let pointer = kube.choice.layout.conditions_pointer();
+    let state = Arc::new(Mutex::new(Verdicts::default()));
+    let s = state.clone();
+    let task = tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects());
+        while let Some(ev) = events.next().await {
+            let Ok(m) = ev else { continue };
+            let name = m.metadata.name.clone().unwrap_or_default();
+            let cond = m
+                .data
+                .pointer(pointer)
+                .and_then(Value::as_array)
+                .and_then(|cs| cs.iter().find(|c| c["type"] == CONDITION));
+            let text = |c: &Value, k: &str| c[k].as_str().unwrap_or("").to_string();
+            let mut v = s.lock().unwrap();
+            match cond {
+                Some(c) => {
+                    let (st, reason, message) =
+                        (text(c, "status"), text(c, "reason"), text(c, "message"));
+                    if st == "False" {
+                        v.first_false
+                            .entry(name.clone())
+                            .or_insert_with(Instant::now);
+                    }
+                    let now = (reason.clone(), message.clone());
+                    let before_status = v.status.insert(name.clone(), st.clone());
+                    let before = v.last.insert(name.clone(), now.clone());
+                    let changed =
+                        before_status.as_ref() != Some(&st) || before.as_ref() != Some(&now);
+                    if before.is_some() && changed {
+                        v.changes += 1;
+                    }
+                    if changed && name == "m-00000" && v.trace.len() < 40 {
+                        v.trace.push((Instant::now(), st, reason, message));
+                    }
+                }
+                None => {
+                    v.status.remove(&name);
+                }
+            }
+        }
+    });
+    (state, task)
+}

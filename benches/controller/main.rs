@@ -1,0 +1,909 @@
+//! `make bench`, part three (issue 7 part 4): what the controller costs against a REAL
+//! kube-apiserver, and `make soak` (issue 6 "Load"): an hour of simulated time at 10 000
+//! Machines behind a slow API server and a throttling CloudStack.
+//!
+//! Cost (default, `CAPC_BENCH_CONTROLLER_PART=cost`): for each fleet size (1 000, 5 000,
+//! 10 000 Machines; `CAPC_BENCH_CONTROLLER_SIZES=1000,5000` to change) a fresh etcd +
+//! kube-apiserver (`target/hack/apiserver-run`, CAPI 1.9 CRDs, in `target/apiserver-bench`)
+//! holding the Machines + CloudStackMachines (+ Clusters, failure domains, MHCs, the endpoint
+//! Secret), an in-process `cloudstack-sim` holding the VMs, and the release
+//! `capc-health-shim run` as a child process. Measured: settle time after a cold start (every
+//! Machine has the condition, seen by the bench's own watch), then over steady cycles CPU
+//! seconds per poll cycle (`/proc/<pid>/stat`, cycles from the shim's
+//! `capc_health_poll_duration_seconds_count`), API server writes per cycle (the API server's
+//! own `apiserver_request_total`, write verbs, Lease writes excluded — the shim runs without
+//! leader election, so those are the API server's), peak RSS (`VmHWM`) and `/status` latency
+//! over 50 GETs. → `target/bench/controller.json`, merged into `report.json` and section 4 of
+//! `report.md`.
+//!
+//! Soak (`CAPC_BENCH_CONTROLLER_PART=soak`, `make soak`): 10 000 Machines; the shim reaches the
+//! API server through a latency-injecting TCP proxy (`proxy.rs`), cloudstack-sim throttles
+//! (429) and answers late; [`SOAK_CYCLES`] cycles at a 3 s interval stand for an hour at 30 s
+//! (graces and the mass-failure window scaled by the same 10×). Faults are injected through
+//! the sim's admin API in batches ([`SOAK_FAULTS`]); at the end exactly those Machines must be
+//! `False` and no other may ever have been. RSS is sampled every [`RSS_EVERY`] cycles. → `target/bench/soak.json`, merged
+//! into `report.json` and section 6 of `report.md`; exits 1 if a verdict was wrong or missed.
+//!
+//! Every child process (API server runner, etcd, kube-apiserver, the shim) is stopped when its
+//! guard drops, also on error. Measurements, not tests.
+
+mod fleet;
+mod phases;
+mod procs;
+mod proxy;
+mod report;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use fleet::{machine_name, Kube, NAMESPACE};
+use procs::{ApiServer, Shim};
+
+const DEFAULT_SIZES: [usize; 3] = [1_000, 5_000, 10_000];
+/// Poll interval of the cost part (and the simulator's stats interval).
+const COST_POLL_SECS: u64 = 5;
+/// Cycles after settling before the steady window, and the window.
+const MAX_WARM_CYCLES: f64 = 12.0;
+const STEADY_CYCLES: f64 = 6.0;
+const STATUS_GETS: usize = 50;
+
+const SOAK_MACHINES: usize = 10_000;
+/// 120 cycles at 3 s = an hour at the default 30 s.
+const SOAK_CYCLES: f64 = 120.0;
+const SOAK_POLL_SECS: u64 = 3;
+const SOAK_TIME_SCALE: f64 = 30.0 / SOAK_POLL_SECS as f64;
+const RSS_EVERY: f64 = 5.0;
+/// cloudstack-sim's answer delay and throttle (requests per second per account) in the soak;
+/// the shim's own rate limit is off there, so its ~120 calls per poll meet 429s.
+const SIM_LATENCY_MS: u64 = 20;
+const SIM_THROTTLE_PER_S: u64 = 10;
+/// (soak cycle, machine index, fault): three batches of at most two, 30 cycles (15 simulated
+/// min) apart, so the mass-failure guard (5 in its window, scaled to 60 s = 10 simulated min)
+/// must not hold them: 5 at once in one scope is a mass failure by design (a first run did
+/// that and all 5 were held as `RemediationHeld`).
+const SOAK_FAULTS: [(f64, usize, &str); 5] = [
+    (30.0, 137, "stop"),
+    (30.0, 2_024, "error"),
+    (60.0, 4_242, "stop"),
+    (60.0, 8_888, "stop"),
+    (90.0, 9_999, "error"),
+];
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// `HEAD` and whether `src/` differs from it: the bench builds the working tree.
+fn source_state() -> String {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let head = git(&["rev-parse", "--short", "HEAD"]);
+    let dirty = git(&["status", "--porcelain", "--", "src"]);
+    if dirty.is_empty() {
+        format!("shim built from `{head}` (src/ clean)")
+    } else {
+        format!(
+            "shim built from the working tree at `{head}` with uncommitted src/ changes: {}",
+            dirty
+                .lines()
+                .map(|l| l.trim())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("http client")
+}
+
+/// Everything one run needs: API server, simulator, objects, the bench's watch.
+struct Setup {
+    kube: Kube,
+    sim_server: capc_health_shim::sim::SimServer,
+    ids: Vec<String>,
+    verdicts: std::sync::Arc<std::sync::Mutex<fleet::Verdicts>>,
+    watch: tokio::task::JoinHandle<()>,
+    setup_seconds: f64,
+    // declared last: dropped after everything that talks to it
+    api: ApiServer,
+}
+
+async fn setup(n: usize, dir: &str, stats_interval: u64) -> Result<Setup> {
+    let t = Instant::now();
+    let api = ApiServer::start(dir).await?;
+    let kube = Kube::connect(&api.kubeconfig).await?;
+    let (_sim, sim_server, ids) = fleet::simulator(n, stats_interval).await?;
+    kube.populate(&sim_server.api_url(), &ids).await?;
+    let (verdicts, watch) = fleet::watch_verdicts(&kube);
+    Ok(Setup {
+        kube,
+        sim_server,
+        ids,
+        verdicts,
+        watch,
+        setup_seconds: t.elapsed().as_secs_f64(),
+        api,
+    })
+}
+
+impl Setup {
+    async fn stop(self) {
+        self.watch.abort();
+        self.sim_server.shutdown().await;
+        drop(self.kube);
+        drop(self.api);
+    }
+}
+
+/// Waits until every one of `n` Machines has the condition; seconds since `t0`.
+async fn settle(s: &Setup, shim: &mut Shim, n: usize, t0: Instant, limit: Duration) -> Result<f64> {
+    let mut last_print = Instant::now();
+    loop {
+        let have = s.verdicts.lock().unwrap().with_condition();
+        if have >= n {
+            return Ok(t0.elapsed().as_secs_f64());
+        }
+        shim.check_running()?;
+        if t0.elapsed() > limit {
+            bail!("only {have} of {n} Machines have the condition after {limit:?}");
+        }
+        if last_print.elapsed() > Duration::from_secs(15) {
+            eprintln!(
+                "  settling: {have}/{n} after {:.0} s",
+                t0.elapsed().as_secs_f64()
+            );
+            last_print = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until the shim has completed `target` cycles; returns the count.
+async fn wait_cycles(
+    http: &reqwest::Client,
+    shim: &mut Shim,
+    target: f64,
+    limit: Duration,
+) -> Result<f64> {
+    let t = Instant::now();
+    loop {
+        if let Some(m) = procs::shim_metrics(http, &shim.addr).await {
+            let c = procs::cycles(&m);
+            if c >= target {
+                return Ok(c);
+            }
+        }
+        shim.check_running()?;
+        if t.elapsed() > limit {
+            bail!("the shim did not reach {target} cycles within {limit:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct CostRow {
+    machines: usize,
+    setup_seconds: f64,
+    settle_seconds: f64,
+    /// Until every Machine is True/VMHealthy.
+    healthy_seconds: f64,
+    /// Until the first cycle without writes (NaN: none within MAX_WARM_CYCLES).
+    quiet_seconds: f64,
+    /// Condition updates the bench's watch saw during the steady window.
+    condition_changes_steady: f64,
+    trace: Vec<String>,
+    cpu_seconds_to_settle: f64,
+    writes_cold_start: f64,
+    cpu_seconds_per_cycle: f64,
+    apiserver_cpu_seconds_per_cycle: f64,
+    writes_per_cycle: f64,
+    steady_writes: BTreeMap<String, f64>,
+    steady_cycles: f64,
+    poll_seconds_mean: f64,
+    calls_per_cycle: f64,
+    calls_by_command: String,
+    rss_peak_mib: f64,
+    rss_steady_mib: f64,
+    status_p50_ms: f64,
+    status_p99_ms: f64,
+    status_kib: f64,
+    verdicts: String,
+    load: String,
+}
+
+async fn measure_cost(n: usize) -> Result<CostRow> {
+    let http = http();
+    let load_start = loadavg();
+    let s = setup(n, "target/apiserver-bench", COST_POLL_SECS).await?;
+    eprintln!(
+        "  {n}: set-up (API server + {n} Machines + CloudStackMachines) {:.1} s",
+        s.setup_seconds
+    );
+    let writes0 = procs::apiserver_writes(&http, &s.api).await?;
+    let args: Vec<String> = [
+        "--namespace",
+        NAMESPACE,
+        "--no-leader-election",
+        "--poll-interval",
+        &format!("{COST_POLL_SECS}s"),
+        "--stats-interval",
+        &format!("{COST_POLL_SECS}s"),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let log = Path::new(report::DIR).join(format!("controller-shim-{n}.log"));
+    std::fs::create_dir_all(report::DIR)?;
+    let t0 = Instant::now();
+    let mut shim = Shim::spawn(&s.api.kubeconfig, &args, &log)?;
+    let pid = shim.pid();
+    let settle_seconds = settle(&s, &mut shim, n, t0, Duration::from_secs(900)).await?;
+    let cpu_settle = procs::cpu_seconds(pid).context("shim cpu")?;
+    let writes_settle = procs::apiserver_writes(&http, &s.api).await?;
+    let writes_cold_start = procs::non_lease_writes(&procs::delta(&writes0, &writes_settle));
+    let m = procs::shim_metrics(&http, &shim.addr)
+        .await
+        .context("shim metrics")?;
+    let c_settle = procs::cycles(&m);
+    eprintln!("  {n}: settled in {settle_seconds:.1} s ({c_settle} cycles, {cpu_settle:.2} CPU s, {writes_cold_start} writes)");
+
+    // A poll at 10 000 Machines takes ~25 s at the default 5 requests/s.
+    let limit = Duration::from_secs(900);
+    // Final: every Machine True/VMHealthy (the evidence needs a few stats samples).
+    let healthy_seconds = loop {
+        if s.verdicts.lock().unwrap().with_reason("VMHealthy") >= n {
+            break t0.elapsed().as_secs_f64();
+        }
+        shim.check_running()?;
+        if t0.elapsed() > Duration::from_secs(900) {
+            bail!("not every Machine is VMHealthy after 900 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let c_healthy = wait_cycles(&http, &mut shim, 0.0, limit).await?;
+    let c_settle = c_healthy.max(c_settle);
+    let writes_settle = procs::apiserver_writes(&http, &s.api).await?;
+    let writes_cold_start = procs::non_lease_writes(&procs::delta(&writes0, &writes_settle));
+    eprintln!("  {n}: all VMHealthy after {healthy_seconds:.1} s (cycle {c_healthy})");
+    // Quiet: until one whole cycle passes without a write (verdicts final), at most
+    // MAX_WARM_CYCLES; then the steady window.
+    let (mut c0, mut w0) = (c_settle, writes_settle.clone());
+    let mut warm = 0.0;
+    let quiet_seconds = loop {
+        let c = wait_cycles(&http, &mut shim, c0 + 1.0, limit).await?;
+        let w = procs::apiserver_writes(&http, &s.api).await?;
+        let d = procs::non_lease_writes(&procs::delta(&w0, &w));
+        warm += c - c0;
+        (c0, w0) = (c, w);
+        if d == 0.0 {
+            break t0.elapsed().as_secs_f64();
+        }
+        if warm >= MAX_WARM_CYCLES {
+            break f64::NAN;
+        }
+    };
+    eprintln!("  {n}: quiet after {warm} more cycles ({quiet_seconds:.1} s)");
+    let m0 = procs::shim_metrics(&http, &shim.addr)
+        .await
+        .context("shim metrics")?;
+    let (cpu0, api0) = (
+        procs::cpu_seconds(pid),
+        s.api.apiserver_pid().and_then(procs::cpu_seconds),
+    );
+    let changes0 = s.verdicts.lock().unwrap().changes;
+    let c1 = wait_cycles(&http, &mut shim, c0 + STEADY_CYCLES, limit).await?;
+    let (cpu1, api1) = (
+        procs::cpu_seconds(pid),
+        s.api.apiserver_pid().and_then(procs::cpu_seconds),
+    );
+    let w1 = procs::apiserver_writes(&http, &s.api).await?;
+    let m1 = procs::shim_metrics(&http, &shim.addr)
+        .await
+        .context("shim metrics")?;
+    let cycles = c1 - c0;
+    let changes = s.verdicts.lock().unwrap().changes - changes0;
+    let steady_writes = procs::delta(&w0, &w1);
+    let poll_sum =
+        |m: &str| procs::sum_metric(m, "capc_health_poll_duration_seconds_sum", |_| true);
+    let poll_count = procs::cycles(&m1) - procs::cycles(&m0);
+    let calls = |m: &str| procs::sum_metric(m, "capc_health_cloudstack_calls_total", |_| true);
+    let calls_per_cycle = (calls(&m1) - calls(&m0)) / poll_count.max(1.0);
+    let calls_by_command: String =
+        procs::delta(&procs::calls_by_command(&m0), &procs::calls_by_command(&m1))
+            .iter()
+            .map(|(c, n)| format!("{c} {:.1}", n / poll_count.max(1.0)))
+            .collect::<Vec<_>>()
+            .join(", ");
+
+    let mut lat = Vec::new();
+    let mut bytes = 0usize;
+    for _ in 0..STATUS_GETS {
+        let t = Instant::now();
+        let body = http
+            .get(format!("http://{}/status", shim.addr))
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes()
+            .await?;
+        lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        bytes = body.len();
+    }
+    lat.sort_by(f64::total_cmp);
+    let (verdicts, trace) = {
+        let v = s.verdicts.lock().unwrap();
+        let trace: Vec<String> = v
+            .trace
+            .iter()
+            .map(|(t, st, r, m)| {
+                format!(
+                    "{:.1} s {st}/{r} \"{m}\"",
+                    t.saturating_duration_since(t0).as_secs_f64()
+                )
+            })
+            .collect();
+        (v.census(), trace)
+    };
+    let row = CostRow {
+        machines: n,
+        setup_seconds: s.setup_seconds,
+        settle_seconds,
+        healthy_seconds,
+        quiet_seconds,
+        condition_changes_steady: changes as f64,
+        trace,
+        cpu_seconds_to_settle: cpu_settle,
+        writes_cold_start,
+        cpu_seconds_per_cycle: (cpu1.unwrap_or(0.0) - cpu0.unwrap_or(0.0)) / cycles,
+        apiserver_cpu_seconds_per_cycle: match (api0, api1) {
+            (Some(a), Some(b)) => (b - a) / cycles,
+            _ => f64::NAN,
+        },
+        writes_per_cycle: procs::non_lease_writes(&steady_writes) / cycles,
+        steady_writes,
+        steady_cycles: cycles,
+        calls_per_cycle,
+        calls_by_command,
+        poll_seconds_mean: (poll_sum(&m1) - poll_sum(&m0)) / poll_count.max(1.0),
+        rss_peak_mib: procs::status_mib(pid, "VmHWM").unwrap_or(f64::NAN),
+        rss_steady_mib: procs::status_mib(pid, "VmRSS").unwrap_or(f64::NAN),
+        status_p50_ms: percentile(&lat, 0.5),
+        status_p99_ms: percentile(&lat, 0.99),
+        status_kib: bytes as f64 / 1024.0,
+        verdicts,
+        load: format!("{load_start} → {}", loadavg()),
+    };
+    drop(shim);
+    s.stop().await;
+    Ok(row)
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        f64::NAN
+    }
+}
+
+fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f64>, String) {
+    let mut v = BTreeMap::new();
+    let mut md = format!(
+        "## 4. Controller cost (real kube-apiserver)\n\n\
+         `capc-health-shim run` (release build, a child process) against a real etcd + kube-apiserver \
+         v1.34 (CAPI 1.9 CRDs, fresh per size) holding N Machines + CloudStackMachines over {} clusters \
+         (one failure domain and MHC each, one endpoint Secret: one CloudStack scope) and an in-process \
+         cloudstack-sim with N healthy Running VMs. Poll interval {COST_POLL_SECS} s, default rate limit \
+         (5 requests/s: 2–20 pages of 500 per cycle). Settle: from process start (cold: initial LIST + \
+         WATCH, first poll, a condition write per Machine) until the bench's own watch sees the \
+         condition on every Machine; all VMHealthy: until every condition is True/VMHealthy (the verdict \
+         needs 4 stats samples of rising traffic: VMRunning before); quiet: then until the first whole \
+         cycle without a write (\
+         at most {MAX_WARM_CYCLES} cycles), then a steady window of {STEADY_CYCLES} \
+         cycles: CPU = utime+stime of the shim process ÷ cycles (cycles = \
+         `capc_health_poll_duration_seconds_count`); writes = the API server's own \
+         `apiserver_request_total` for POST/PUT/PATCH/APPLY/DELETE, Lease writes excluded (the shim runs \
+         without leader election here; those are the API server's own leases); peak RSS = `VmHWM`; \
+         `/status` = {STATUS_GETS} sequential GETs of the full document. Wall clock, 2 shared cores: the \
+         load average (1/5/15 min, start → end) is in the last column. {source}.\n\n\
+         | Machines | CPU s/cycle | peak RSS MiB | RSS MiB steady | settle s | all VMHealthy s | quiet s | CPU s to settle | writes until all VMHealthy | writes/cycle steady | /status p50 ms | /status p99 ms | /status KiB | CloudStack calls/cycle | poll s (mean) | kube-apiserver CPU s/cycle | set-up s | verdicts | load avg |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+        fleet::CLUSTERS
+    );
+    for r in rows {
+        let k = |name: &str| format!("{name}_{}_machines", r.machines);
+        v.insert(k("cpu_seconds_per_cycle"), r.cpu_seconds_per_cycle);
+        v.insert(k("rss_mib"), r.rss_peak_mib);
+        v.insert(k("rss_mib_steady"), r.rss_steady_mib);
+        v.insert(k("settle_seconds"), r.settle_seconds);
+        v.insert(k("settle_quiet_seconds"), r.quiet_seconds);
+        v.insert(k("settle_healthy_seconds"), r.healthy_seconds);
+        v.insert(k("condition_changes_steady"), r.condition_changes_steady);
+        v.insert(k("cpu_seconds_to_settle"), r.cpu_seconds_to_settle);
+        v.insert(k("apiserver_writes_cold_start"), r.writes_cold_start);
+        v.insert(k("apiserver_writes_per_cycle_steady"), r.writes_per_cycle);
+        v.insert(k("status_latency_p50_ms"), r.status_p50_ms);
+        v.insert(k("status_latency_p99_ms"), r.status_p99_ms);
+        v.insert(k("status_kib"), r.status_kib);
+        v.insert(k("poll_seconds_mean"), r.poll_seconds_mean);
+        v.insert(k("cloudstack_calls_per_cycle"), r.calls_per_cycle);
+        v.insert(
+            k("apiserver_cpu_seconds_per_cycle"),
+            r.apiserver_cpu_seconds_per_cycle,
+        );
+        v.insert(k("setup_seconds"), r.setup_seconds);
+        let _ = writeln!(
+            md,
+            "| {} | {:.3} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {:.2} | {:.1} | {:.1} | {:.0} | {:.0} | {:.2} | {:.3} | {:.0} | {} | {} |",
+            r.machines,
+            r.cpu_seconds_per_cycle,
+            r.rss_peak_mib,
+            r.rss_steady_mib,
+            r.settle_seconds,
+            r.healthy_seconds,
+            r.quiet_seconds,
+            r.cpu_seconds_to_settle,
+            r.writes_cold_start,
+            r.writes_per_cycle,
+            r.status_p50_ms,
+            r.status_p99_ms,
+            r.status_kib,
+            r.calls_per_cycle,
+            r.poll_seconds_mean,
+            r.apiserver_cpu_seconds_per_cycle,
+            r.setup_seconds,
+            r.verdicts,
+            r.load
+        );
+    }
+    if let Some(base) = rows.iter().find(|r| r.machines == 1_000) {
+        md.push_str(
+            "\nGrowth against 1 000 Machines (linear = the Machine ratio):\n\n\
+             | Machines | ÷ 1 000 | CPU s/cycle | peak RSS | settle | /status p50 | /status p99 |\n\
+             |---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for r in rows.iter().filter(|r| r.machines != 1_000) {
+            let key = |name: &str| format!("{name}_ratio_{}_vs_1000_machines", r.machines);
+            let cpu = ratio(r.cpu_seconds_per_cycle, base.cpu_seconds_per_cycle);
+            let rss = ratio(r.rss_peak_mib, base.rss_peak_mib);
+            let settle = ratio(r.settle_seconds, base.settle_seconds);
+            let p50 = ratio(r.status_p50_ms, base.status_p50_ms);
+            let p99 = ratio(r.status_p99_ms, base.status_p99_ms);
+            v.insert(key("cpu_seconds_per_cycle"), cpu);
+            v.insert(key("rss_mib"), rss);
+            v.insert(key("settle_seconds"), settle);
+            v.insert(key("status_latency_p50_ms"), p50);
+            v.insert(key("status_latency_p99_ms"), p99);
+            let _ = writeln!(
+                md,
+                "| {} | {:.0} | {cpu:.2} | {rss:.2} | {settle:.2} | {p50:.2} | {p99:.2} |",
+                r.machines,
+                r.machines as f64 / 1000.0
+            );
+        }
+    }
+    md.push_str("\nSteady-state writes by resource and verb (whole window):\n\n");
+    for r in rows {
+        let w: Vec<String> = r
+            .steady_writes
+            .iter()
+            .map(|(k, n)| format!("{k} {n:.0}"))
+            .collect();
+        let _ = writeln!(
+            md,
+            "- {} Machines, {:.0} cycles: {}; condition changes seen by the watch: {:.0}; CloudStack calls per cycle: {}",
+            r.machines,
+            r.steady_cycles,
+            if w.is_empty() {
+                "none".to_string()
+            } else {
+                w.join(", ")
+            },
+            r.condition_changes_steady,
+            r.calls_by_command
+        );
+    }
+    md.push_str("\nThe condition of `m-00000` as the watch saw it change (seconds after the shim started):\n\n");
+    for r in rows {
+        let _ = writeln!(md, "- {} Machines: {}", r.machines, r.trace.join("; "));
+    }
+    v.insert("bench_controller_wall_seconds".into(), wall);
+    (v, md)
+}
+
+async fn run_cost() -> Result<()> {
+    let started = Instant::now();
+    let source = source_state();
+    let sizes: Vec<usize> = std::env::var("CAPC_BENCH_CONTROLLER_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| DEFAULT_SIZES.to_vec());
+    let mut rows = Vec::new();
+    for n in sizes {
+        let t = Instant::now();
+        match measure_cost(n).await {
+            Ok(r) => {
+                eprintln!(
+                    "controller: {n} Machines: {:.3} CPU s/cycle, peak RSS {:.1} MiB, settle {:.1} s, \
+                     {:.2} writes/cycle, /status p50 {:.1} ms p99 {:.1} ms ({:.0} s)",
+                    r.cpu_seconds_per_cycle,
+                    r.rss_peak_mib,
+                    r.settle_seconds,
+                    r.writes_per_cycle,
+                    r.status_p50_ms,
+                    r.status_p99_ms,
+                    t.elapsed().as_secs_f64()
+                );
+                rows.push(r);
+            }
+            Err(e) => eprintln!("controller: {n} Machines skipped: {e:#}"),
+        }
+    }
+    if rows.is_empty() {
+        bail!("no size measured");
+    }
+    let (values, md) = cost_report(&rows, started.elapsed().as_secs_f64(), &source);
+    report::write_and_merge("controller.json", &values, "## 4. Controller cost", &md)?;
+    println!("{md}\nwritten to target/bench/controller.json, report.json and report.md");
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+struct RssSample {
+    cycle: f64,
+    seconds: f64,
+    rss_mib: f64,
+}
+
+async fn run_soak() -> Result<bool> {
+    let started = Instant::now();
+    let source = source_state();
+    let n = env_or("CAPC_SOAK_MACHINES", SOAK_MACHINES);
+    let soak_cycles = env_or("CAPC_SOAK_CYCLES", SOAK_CYCLES);
+    let http = http();
+    let stats_interval = 6; // 60 s scaled by 10
+    let s = setup(n, "target/apiserver-soak", stats_interval).await?;
+    eprintln!("soak: set-up {n} Machines in {:.1} s", s.setup_seconds);
+
+    // The slow API server: a proxy in front of it, and a kubeconfig for the shim naming it.
+    let delays = proxy::Delays {
+        connect_ms: 200,
+        chunk_min_ms: 50,
+        chunk_max_ms: 200,
+    };
+    let px = proxy::start(s.api.host_port(), delays).await?;
+    // Cold start at full speed (through the proxy, no delay): with the delays every condition
+    // write costs two slow round trips and 10 000 take over an hour (seen: ~1.6 Machines/s).
+    let kc = std::fs::read_to_string(&s.api.kubeconfig)?
+        .replace(&s.api.url, &format!("https://{}", px.addr));
+    let kc_path = Path::new(report::DIR).join("soak-kubeconfig");
+    std::fs::create_dir_all(report::DIR)?;
+    std::fs::write(&kc_path, kc)?;
+    // The throttling, slow CloudStack.
+    let sim_admin = s.sim_server.base_url();
+    let throttle = serde_json::json!({"latency_ms": SIM_LATENCY_MS, "throttle": {"max": SIM_THROTTLE_PER_S, "interval_seconds": 1}});
+    http.post(format!("{sim_admin}/sim/api"))
+        .json(&throttle)
+        .send()
+        .await?
+        .error_for_status()
+        .context("sim throttle")?;
+
+    let args: Vec<String> = [
+        "--namespace",
+        NAMESPACE,
+        "--no-leader-election",
+        "--poll-interval",
+        &format!("{SOAK_POLL_SECS}s"),
+        "--stats-interval",
+        &format!("{stats_interval}s"),
+        "--rate-limit",
+        "0",
+        "--stopped-grace",
+        "6s",
+        "--escalation-delay",
+        "6s",
+        "--mass-failure-window",
+        "60s",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let t0 = Instant::now();
+    let mut shim = Shim::spawn(
+        &kc_path,
+        &args,
+        &Path::new(report::DIR).join("soak-shim.log"),
+    )?;
+    let pid = shim.pid();
+    let settle_seconds = settle(&s, &mut shim, n, t0, Duration::from_secs(1800)).await?;
+    let m = procs::shim_metrics(&http, &shim.addr)
+        .await
+        .context("shim metrics")?;
+    let c_start = procs::cycles(&m);
+    eprintln!("soak: settled through the proxy in {settle_seconds:.1} s at cycle {c_start}");
+    px.stats
+        .slow
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let w_start = procs::apiserver_writes(&http, &s.api).await?;
+    let cpu_start = procs::cpu_seconds(pid).unwrap_or(f64::NAN);
+    let soak_t0 = Instant::now();
+    let load_start = loadavg();
+
+    let mut series = Vec::new();
+    let mut faulted: HashSet<String> = HashSet::new();
+    let mut injected_at: std::collections::HashMap<String, (Instant, f64)> = Default::default();
+    let mut next_sample: f64 = 0.0;
+    let mut cycle;
+    let per_cycle_limit = Duration::from_secs(300);
+    loop {
+        let m = wait_cycles(
+            &http,
+            &mut shim,
+            c_start + next_sample.min(soak_cycles),
+            per_cycle_limit,
+        )
+        .await?;
+        cycle = m - c_start;
+        let rss = procs::status_mib(pid, "VmRSS").unwrap_or(f64::NAN);
+        series.push(RssSample {
+            cycle,
+            seconds: soak_t0.elapsed().as_secs_f64(),
+            rss_mib: rss,
+        });
+        if cycle >= 10.0 && (cycle as u64).is_multiple_of(10) {
+            eprintln!(
+                "soak: cycle {cycle:.0}/{soak_cycles:.0}, RSS {rss:.1} MiB, {:.0} s",
+                soak_t0.elapsed().as_secs_f64()
+            );
+        }
+        for (at, i, fault) in SOAK_FAULTS.iter().filter(|(_, i, _)| *i < n) {
+            let name = machine_name(*i);
+            if cycle < at.min(soak_cycles - 20.0) || injected_at.contains_key(&name) {
+                continue;
+            }
+            http.post(format!("{sim_admin}/sim/vms/{}/faults", s.ids[*i]))
+                .json(&serde_json::json!({"fault": fault}))
+                .send()
+                .await?
+                .error_for_status()
+                .with_context(|| format!("inject {fault}"))?;
+            eprintln!("soak: {name} {fault} at cycle {cycle:.0}");
+            injected_at.insert(name.clone(), (Instant::now(), cycle));
+            faulted.insert(name);
+        }
+        if cycle >= soak_cycles {
+            break;
+        }
+        next_sample += RSS_EVERY;
+    }
+    // Give the watch a moment to see the last writes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let m_end = procs::shim_metrics(&http, &shim.addr)
+        .await
+        .context("shim metrics")?;
+    let w_end = procs::apiserver_writes(&http, &s.api).await?;
+    let hwm = procs::status_mib(pid, "VmHWM").unwrap_or(f64::NAN);
+    let cpu = procs::cpu_seconds(pid).unwrap_or(f64::NAN);
+    let (final_false, ever_false, first_false) = {
+        let v = s.verdicts.lock().unwrap();
+        (
+            v.false_now(),
+            v.first_false.keys().cloned().collect::<HashSet<_>>(),
+            v.first_false.clone(),
+        )
+    };
+    let wrong: Vec<&String> = ever_false.difference(&faulted).collect();
+    let missed: Vec<&String> = faulted.difference(&final_false).collect();
+    let to_false: Vec<f64> = faulted
+        .iter()
+        .filter_map(|m| Some((first_false.get(m)?, injected_at.get(m)?.0)))
+        .map(|(f, t)| f.saturating_duration_since(t).as_secs_f64())
+        .collect();
+    let held = s.verdicts.lock().unwrap().with_reason("RemediationHeld");
+    let throttled = procs::sum_metric(&m_end, "capc_health_cloudstack_calls_total", |l| {
+        l.contains("result=\"throttled\"")
+    });
+    let calls = procs::sum_metric(&m_end, "capc_health_cloudstack_calls_total", |_| true);
+    let writes = procs::delta(&w_start, &w_end);
+    let rss: Vec<f64> = series.iter().map(|r| r.rss_mib).collect();
+    let rss_max = rss.iter().copied().fold(f64::NAN, f64::max);
+    let rss_min = rss.iter().copied().fold(f64::NAN, f64::min);
+    let wall_soak = soak_t0.elapsed().as_secs_f64();
+    let load = format!("{load_start} → {}", loadavg());
+
+    let mut v = BTreeMap::new();
+    v.insert("soak_machines".into(), n as f64);
+    v.insert("soak_cycles".into(), cycle);
+    v.insert("soak_simulated_seconds".into(), wall_soak * SOAK_TIME_SCALE);
+    v.insert("soak_wall_seconds".into(), wall_soak);
+    v.insert("soak_settle_seconds".into(), settle_seconds);
+    v.insert(
+        "soak_rss_mib_start".into(),
+        rss.first().copied().unwrap_or(f64::NAN),
+    );
+    v.insert(
+        "soak_rss_mib_end".into(),
+        rss.last().copied().unwrap_or(f64::NAN),
+    );
+    v.insert("soak_rss_mib_max".into(), rss_max);
+    v.insert("soak_rss_mib_min".into(), rss_min);
+    v.insert("soak_rss_hwm_mib".into(), hwm);
+    v.insert(
+        "soak_cpu_seconds_per_cycle".into(),
+        (cpu - cpu_start) / cycle.max(1.0),
+    );
+    v.insert("soak_faults_injected".into(), faulted.len() as f64);
+    v.insert("soak_held_by_guard".into(), held as f64);
+    v.insert("soak_false_verdicts_wrong".into(), wrong.len() as f64);
+    v.insert("soak_missed_faults".into(), missed.len() as f64);
+    v.insert("soak_cloudstack_calls".into(), calls);
+    v.insert("soak_cloudstack_calls_throttled".into(), throttled);
+    v.insert(
+        "soak_apiserver_writes_per_cycle".into(),
+        procs::non_lease_writes(&writes) / cycle.max(1.0),
+    );
+    v.insert(
+        "soak_proxy_connections".into(),
+        px.stats
+            .connections
+            .load(std::sync::atomic::Ordering::Relaxed) as f64,
+    );
+    v.insert(
+        "soak_proxy_mib".into(),
+        px.stats.bytes.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1048576.0,
+    );
+    if !to_false.is_empty() {
+        let mut t = to_false.clone();
+        t.sort_by(f64::total_cmp);
+        v.insert("soak_fault_seconds_to_false_max".into(), *t.last().unwrap());
+    }
+    v.insert(
+        "bench_soak_wall_seconds".into(),
+        started.elapsed().as_secs_f64(),
+    );
+
+    let mut md = format!(
+        "## 6. Soak (issue 6 \"Load\")\n\n\
+         {n} Machines, {cycle:.0} poll cycles at {SOAK_POLL_SECS} s = {:.0} min of simulated time at the \
+         default 30 s (graces scaled 10×: stats interval {stats_interval} s, stopped grace and escalation \
+         delay 6 s). The shim reaches the kube-apiserver through a TCP proxy that, from the end of the cold \
+         start on, delays each new connection {} ms and every chunk {}–{} ms (TLS untouched; the cold \
+         start runs undelayed: its one-by-one condition writes would take over an hour at that latency, \
+         ~1.6 Machines/s seen); cloudstack-sim answers {} ms late and throttles at \
+         {SIM_THROTTLE_PER_S} requests/s per account (the shim's own rate limit off), so polls meet 429s. Mass-failure window 60 s (10 simulated \
+         min). Faults through the sim's admin API (cycle: Machine fault): {}; held by the guard at the end: {held}. Settled through the proxy in {settle_seconds:.0} s; \
+         {wall_soak:.0} s wall clock for the soak window; load average {load}. {source}.\n\n\
+         | RSS MiB start | end | min | max | VmHWM | wrong `False` (ever) | missed faults | seconds to `False` (max) | CloudStack calls | of them 429 | API writes/cycle | proxy connections | proxy MiB |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n\
+         | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {:.0} | {calls:.0} | {throttled:.0} | {:.2} | {} | {:.0} |\n\n",
+        cycle * 30.0 / 60.0,
+        delays.connect_ms,
+        delays.chunk_min_ms,
+        delays.chunk_max_ms,
+        SIM_LATENCY_MS,
+        SOAK_FAULTS
+            .iter()
+            .filter_map(|(_, i, f)| {
+                let name = machine_name(*i);
+                let c = injected_at.get(&name)?.1;
+                Some(format!("{c:.0}: {name} `{f}`"))
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        v["soak_rss_mib_start"],
+        v["soak_rss_mib_end"],
+        rss_min,
+        rss_max,
+        hwm,
+        wrong.len(),
+        missed.len(),
+        v.get("soak_fault_seconds_to_false_max").copied().unwrap_or(f64::NAN),
+        v["soak_apiserver_writes_per_cycle"],
+        v["soak_proxy_connections"],
+        v["soak_proxy_mib"],
+    );
+    if !wrong.is_empty() || !missed.is_empty() {
+        let _ = writeln!(md, "Wrong `False`: {wrong:?}; missed: {missed:?}.\n");
+    }
+    md.push_str("RSS (VmRSS) over the soak:\n\n| cycle | simulated min | wall s | RSS MiB |\n|---:|---:|---:|---:|\n");
+    for r in &series {
+        let _ = writeln!(
+            md,
+            "| {:.0} | {:.1} | {:.0} | {:.1} |",
+            r.cycle,
+            r.cycle * 30.0 / 60.0,
+            r.seconds,
+            r.rss_mib
+        );
+    }
+    report::write_and_merge("soak.json", &v, "## 6. Soak", &md)?;
+    println!("{md}\nwritten to target/bench/soak.json, report.json and report.md");
+    drop(px);
+    drop(shim);
+    s.stop().await;
+    Ok(wrong.is_empty() && missed.is_empty())
+}
+
+async fn run(part: &str) -> bool {
+    match part {
+        "phases" => {
+            phases::run(&DEFAULT_SIZES);
+            true
+        }
+        "soak" => match run_soak().await {
+            Ok(correct) => correct,
+            Err(e) => {
+                eprintln!("soak failed: {e:#}");
+                false
+            }
+        },
+        _ => match run_cost().await {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!("controller bench failed: {e:#}");
+                false
+            }
+        },
+    }
+}
+
+fn main() {
+    let part = std::env::var("CAPC_BENCH_CONTROLLER_PART").unwrap_or_else(|_| "cost".into());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let ok = rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        // SIGINT/SIGTERM drop the work, and with it the guards that stop every child.
+        tokio::select! {
+            ok = run(&part) => ok,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("interrupted: stopping the children");
+                false
+            }
+            _ = term.recv() => {
+                eprintln!("terminated: stopping the children");
+                false
+            }
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(5));
+    std::process::exit(if ok { 0 } else { 1 });
+}

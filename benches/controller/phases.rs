@@ -1,0 +1,100 @@
+//! `CAPC_BENCH_CONTROLLER_PART=phases`: in-process timing of the cycle's pure, per-Machine
+//! phases on synthetic objects shaped like the bench's (no API server, no CloudStack), to see
+//! which of them grows faster than the fleet: the store snapshot (`DynamicObject` → JSON, what
+//! `kube_io::snapshot` does every cycle) and the join (`targets::build`).
+
+use std::time::Instant;
+
+use capc_health_shim::controller::targets::{self, Objects};
+use capc_health_shim::k8s::capi::ConditionLayout;
+use kube::api::DynamicObject;
+use serde_json::{json, Value};
+
+/// Machines, CloudStackMachines, failure domains, Clusters, MHCs.
+type Fleet = (Vec<Value>, Vec<Value>, Vec<Value>, Vec<Value>, Vec<Value>);
+
+fn objects(n: usize) -> Fleet {
+    let ns = "bench";
+    let mut machines = Vec::with_capacity(n);
+    let mut csms = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("m-{i:05}");
+        let cluster = format!("c{}", i % 10);
+        machines.push(json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": name, "namespace": ns, "uid": uuid::Uuid::new_v4().to_string(),
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"cluster.x-k8s.io/cluster-name": cluster, "pool": "md-0"},
+                "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineSet", "name": "ms",
+                    "uid": "6a2b7a5e-1a62-4d2f-9d84-0d8c7a1f0b11", "controller": true}]},
+            "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": "bootstrap"},
+                "infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3", "kind": "CloudStackMachine", "name": format!("{name}-csm")}},
+            "status": {"v1beta2": {"conditions": [{"type": "CloudStackVMHealthy", "status": "True", "reason": "VMHealthy",
+                "message": "VM vm-0 (10.1.0.10) is Running, NICs attached, guest→host traffic rising",
+                "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}}}));
+        csms.push(json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta3", "kind": "CloudStackMachine",
+            "metadata": {"name": format!("{name}-csm"), "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
+            "spec": {"offering": {"name": "small"}, "template": {"name": "ubuntu"}, "failureDomainName": "fd1",
+                "instanceID": uuid::Uuid::new_v4().to_string()}}));
+    }
+    let fds = (0..10).map(|c| json!({"metadata": {"name": format!("c{c}-fd1-hash"), "namespace": ns,
+        "labels": {"cluster.x-k8s.io/cluster-name": format!("c{c}")}},
+        "spec": {"name": "fd1", "zone": {"name": "zone-a", "id": "z"}, "acsEndpoint": {"name": "acs", "namespace": ns}}})).collect();
+    let clusters = (0..10)
+        .map(|c| json!({"metadata": {"name": format!("c{c}"), "namespace": ns}, "spec": {}}))
+        .collect();
+    let mhcs = (0..10)
+        .map(|c| {
+            json!({"metadata": {"name": format!("c{c}-mhc"), "namespace": ns},
+        "spec": {"clusterName": format!("c{c}"), "selector": {}}})
+        })
+        .collect();
+    (machines, csms, fds, clusters, mhcs)
+}
+
+fn best_of<R>(rounds: usize, mut f: impl FnMut() -> R) -> f64 {
+    (0..rounds)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(f());
+            t.elapsed().as_secs_f64() * 1000.0
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Prints and returns `(n, snapshot ms, build ms)` per size.
+pub fn run(sizes: &[usize]) -> Vec<(usize, f64, f64)> {
+    let mut out = Vec::new();
+    for &n in sizes {
+        let (machines, csms, fds, clusters, mhcs) = objects(n);
+        let dynamic: Vec<DynamicObject> = machines
+            .iter()
+            .chain(&csms)
+            .map(|v| serde_json::from_value(v.clone()).expect("object"))
+            .collect();
+        let snapshot = best_of(3, || {
+            dynamic
+                .iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect::<Vec<Value>>()
+        });
+        let ns = vec!["bench".to_string()];
+        let build = best_of(3, || {
+            targets::build(
+                &Objects {
+                    machines: &machines,
+                    cloudstack_machines: &csms,
+                    failure_domains: &fds,
+                    clusters: &clusters,
+                    health_checks: &mhcs,
+                },
+                ConditionLayout::V1Beta1WithV1Beta2Conditions,
+                "CloudStackVMHealthy",
+                &ns,
+            )
+            .len()
+        });
+        eprintln!("phases: {n} Machines: snapshot {snapshot:.1} ms, targets::build {build:.1} ms");
+        out.push((n, snapshot, build));
+    }
+    out
+}
