@@ -55,7 +55,6 @@ const SOAK_MACHINES: usize = 10_000;
 /// 120 cycles at 3 s = an hour at the default 30 s.
 const SOAK_CYCLES: f64 = 120.0;
 const SOAK_POLL_SECS: u64 = 3;
-const SOAK_TIME_SCALE: f64 = 30.0 / SOAK_POLL_SECS as f64;
 const RSS_EVERY: f64 = 5.0;
 /// cloudstack-sim's answer delay and throttle (requests per second per account) in the soak;
 /// the shim's own rate limit is off there, so its ~120 calls per poll meet 429s.
@@ -748,7 +747,7 @@ async fn run_soak() -> Result<bool> {
     let mut v = BTreeMap::new();
     v.insert("soak_machines".into(), n as f64);
     v.insert("soak_cycles".into(), cycle);
-    v.insert("soak_simulated_seconds".into(), wall_soak * SOAK_TIME_SCALE);
+    v.insert("soak_simulated_seconds".into(), cycle * 30.0);
     v.insert("soak_wall_seconds".into(), wall_soak);
     v.insert("soak_settle_seconds".into(), settle_seconds);
     v.insert(
@@ -836,6 +835,14 @@ async fn run_soak() -> Result<bool> {
         v["soak_proxy_connections"],
         v["soak_proxy_mib"],
     );
+    if throttled == 0.0 {
+        let _ = writeln!(
+            md,
+            "No call met a 429: the shim's sequential calls stayed under {SIM_THROTTLE_PER_S}/s \
+             ({:.1} calls per cycle); 429 storms are covered by the fault matrix, not here.\n",
+            calls / cycle.max(1.0)
+        );
+    }
     if !wrong.is_empty() || !missed.is_empty() {
         let _ = writeln!(md, "Wrong `False`: {wrong:?}; missed: {missed:?}.\n");
     }
