@@ -334,7 +334,19 @@ pub enum TrafficEvidence {
 /// The listing's counter rose within the freshness window.
 pub fn rose_recently(t: &Traffic, g: &Graces, now: Timestamp) -> bool {
     t.last_rise
-        .is_some_and(|r| now.duration_since(r) <= g.stats_fresh_within())
+        .is_some_and(|r| now.duration_since(r) <= rise_fresh_within(t, g))
+}
+
+/// How long a rise of the listing's counter stays proof of activity: two stats intervals plus
+/// the spacing of the polls that look for it — polls slower than `--poll-interval` (a big
+/// fleet behind a rate limit) must not make every VM look idle. Capped at the stale-poll age,
+/// beyond which observation restarts anyway.
+pub fn rise_fresh_within(t: &Traffic, g: &Graces) -> SignedDuration {
+    let spacing = t
+        .poll_spacing
+        .unwrap_or(g.poll_interval)
+        .clamp(g.poll_interval, g.stale_after().max(g.poll_interval));
+    g.stats_interval * 2 + spacing
 }
 
 pub fn assess_traffic(t: &Traffic, g: &Graces, now: Timestamp) -> TrafficEvidence {
@@ -383,9 +395,7 @@ pub fn assess_traffic(t: &Traffic, g: &Graces, now: Timestamp) -> TrafficEvidenc
             silent_at: None,
         };
     };
-    if t.last_rise
-        .is_some_and(|r| now.duration_since(r) <= g.stats_fresh_within())
-    {
+    if rose_recently(t, g, now) {
         return TrafficEvidence::Rising("guest→host traffic rising".to_string());
     }
     let window = g.silent_window_without_samples();

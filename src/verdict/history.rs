@@ -88,6 +88,8 @@ pub struct Traffic {
     pub samples: VecDeque<(CsTime, u64)>,
     /// When (shim time) the newest sample first arrived: the freshness of the stats.
     pub newest_sample_arrived: Option<Timestamp>,
+    /// Time between the last two successful polls: how often a rise can be seen at all.
+    pub poll_spacing: Option<jiff::SignedDuration>,
 }
 
 /// Usage-history samples kept per VM; enough for any sensible `silent_samples`.
@@ -104,14 +106,17 @@ impl Traffic {
         match (self.last_value, value) {
             (_, None) => self.restart(now, None),
             (None, Some(v)) => self.restart(now, Some(v)),
-            (Some(_), Some(v)) if after_gap => self.restart(now, Some(v)),
+            // The counter is cumulative: a rise is activity even across a gap (a poll cycle
+            // slower than the stale-poll age must not make every guest look idle).
             (Some(prev), Some(v)) if v > prev => {
                 self.last_value = Some(v);
                 self.last_rise = Some(now);
                 self.rises = self.rises.saturating_add(1);
                 self.flat_since = Some(now);
             }
-            // A counter that went backwards was reset (restart, migration): start over.
+            // Flat across a gap proves nothing yet; a counter that went backwards was reset
+            // (restart, migration). Either way, start over.
+            (Some(_), Some(v)) if after_gap => self.restart(now, Some(v)),
             (Some(prev), Some(v)) if v < prev => self.restart(now, Some(v)),
             (Some(_), Some(_)) => {}
         }
@@ -254,6 +259,7 @@ impl VmHistory {
             .last_success
             .is_none_or(|t| now.duration_since(t) > graces.stale_after());
         let first_sighting = self.sighting.is_none();
+        self.traffic.poll_spacing = self.last_success.map(|t| now.duration_since(t));
         self.first_observed.get_or_insert(now);
         self.last_error = None;
         self.last_success = Some(now);

@@ -797,3 +797,50 @@ fn a_published_false_stands_for_the_confirming_poll_after_a_restart() {
     r.h.credit_published_false(reason::VM_NOT_FOUND, &r.g);
     assert_ne!(r.verdict(0).status, Status::False);
 }
+
+#[test]
+fn slow_polls_do_not_make_a_rising_counter_look_idle() {
+    // A big fleet behind the rate limit: polls every 90 s instead of 30 s, stats every 60 s.
+    let mut r = Run::new();
+    for (i, t) in (0..=900).step_by(90).enumerate() {
+        r.seen(t, &running(100 + i as u64 * 10));
+    }
+    // 150 s after the last rise: older than 2 stats intervals + the nominal 30 s poll, but
+    // within 2 stats intervals + the 90 s the polls actually take.
+    let now = at(900 + 150);
+    assert!(super::engine::rose_recently(&r.h.traffic, &r.g, now));
+    assert!(!super::engine::rose_recently(
+        &r.h.traffic,
+        &r.g,
+        at(900 + 211)
+    ));
+    // The cap: a poll gap beyond the stale-poll age does not stretch the window further.
+    let mut r = Run::new();
+    r.seen(0, &running(100));
+    r.seen(30, &running(110));
+    r.seen(600, &running(120));
+    assert!(!super::engine::rose_recently(
+        &r.h.traffic,
+        &r.g,
+        at(600 + 211)
+    ));
+}
+
+#[test]
+fn a_rise_seen_across_a_gap_is_activity_but_a_flat_counter_starts_over() {
+    // Polls 120 s apart (beyond the 90 s stale-poll age, e.g. a huge fleet behind a rate limit).
+    let mut r = Run::new();
+    let mut v = r.seen(0, &running(100));
+    for (i, t) in (120..=600).step_by(120).enumerate() {
+        v = r.seen(t, &running(200 + i as u64 * 10));
+        assert!(
+            super::engine::rose_recently(&r.h.traffic, &r.g, at(t)),
+            "at {t}s"
+        );
+    }
+    assert_verdict(&v, Status::True, reason::VM_HEALTHY);
+    // The same counter flat across such a gap gives no silence verdict right away.
+    let v = r.seen(720, &running(240));
+    assert_ne!(v.status, Status::False);
+    assert_eq!(r.h.traffic.flat_since, Some(at(720)));
+}
