@@ -6,9 +6,6 @@ use clap::{Parser, Subcommand};
 
 use capc_health_shim::{check, controller, demo, status_cmd};
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Debug, Parser)]
 #[command(
     name = "capc-health-shim",
