@@ -192,13 +192,7 @@ async fn sentinel_simulator(
         (SENTINEL_KEY, SENTINEL_SECRET),
     )
     .expect("scenario");
-    let simulator = Simulator::with_time_scale(world, 0.0);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let server = sim::serve(listener, simulator.clone())
-        .await
-        .expect("serve");
+    let (simulator, server) = kube_support::serve_world(world, 0.0).await;
     (simulator, server, ids)
 }
 

@@ -31,7 +31,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::Client;
-use kube_support::{get, kube_client, simulator_with_keys, Fixture};
+use kube_support::{get, http_get, kube_client, simulator_with_keys, Fixture};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Mutex};
 
@@ -280,17 +280,6 @@ impl Drop for Shim {
 fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-async fn http_get(url: &str) -> Option<(u16, String)> {
-    let r = reqwest::Client::new()
-        .get(url)
-        .timeout(Duration::from_secs(3))
-        .send()
-        .await
-        .ok()?;
-    let code = r.status().as_u16();
-    Some((code, r.text().await.ok()?))
 }
 
 /// Sum of the `capc_health_*` metric line values whose line starts with `prefix`.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use capc_health_shim::k8s::capi::Mode;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use kube_support::{is, kube_client, Fixture};
+use kube_support::{http_get, is, kube_client, Fixture};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -17,17 +17,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-async fn http_get(url: &str) -> Option<(u16, String)> {
-    let r = reqwest::Client::new()
-        .get(url)
-        .timeout(Duration::from_secs(2))
-        .send()
-        .await
-        .ok()?;
-    let code = r.status().as_u16();
-    Some((code, r.text().await.ok()?))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

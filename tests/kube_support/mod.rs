@@ -147,6 +147,12 @@ pub async fn simulator_from_keys(
         (api_key, secret_key),
     )
     .expect("scenario");
+    let (simulator, server) = serve_world(world, time_scale).await;
+    (simulator, server, ids)
+}
+
+/// Serves `world` on a free loopback port at the given clock rate (0 = frozen).
+pub async fn serve_world(world: sim::World, time_scale: f64) -> (Simulator, SimServer) {
     let simulator = Simulator::with_time_scale(world, time_scale);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -154,7 +160,19 @@ pub async fn simulator_from_keys(
     let server = sim::serve(listener, simulator.clone())
         .await
         .expect("serve");
-    (simulator, server, ids)
+    (simulator, server)
+}
+
+/// GET `url` with a short timeout: status and body, or `None` when nothing answered.
+pub async fn http_get(url: &str) -> Option<(u16, String)> {
+    let r = reqwest::Client::new()
+        .get(url)
+        .timeout(std::time::Duration::from_secs(3))
+        .send()
+        .await
+        .ok()?;
+    let code = r.status().as_u16();
+    Some((code, r.text().await.ok()?))
 }
 
 /// A simulator with the given `settings` and clock rate (0 = frozen, moved by `advance`).
