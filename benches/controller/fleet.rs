@@ -46,10 +46,11 @@ pub async fn client_from_kubeconfig(path: &std::path::Path) -> Result<Client> {
 }
 
 /// The simulator: `n` Running healthy VMs `vm-<i>` (ids returned in order), stats every
-/// `stats_interval` s, real-time clock.
+/// `stats_interval` s, real-time clock; the shim's account is of `account_type`.
 pub async fn simulator(
     n: usize,
     stats_interval: u64,
+    account_type: &str,
 ) -> Result<(Simulator, SimServer, Vec<String>)> {
     let ids: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
     let vms: Vec<Value> = ids
@@ -59,7 +60,7 @@ pub async fn simulator(
         .collect();
     let scenario = json!({
         "settings": {"stats_interval_seconds": stats_interval, "boot_seconds": 1},
-        "accounts": [{"name": "admin", "type": "Admin", "api_key": SIM_KEY, "secret_key": SIM_SECRET}],
+        "accounts": [{"name": "admin", "type": account_type, "api_key": SIM_KEY, "secret_key": SIM_SECRET}],
         "zones": [{"name": "zone-a", "id": ZONE_ID}],
         "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.0.0/16"}],
         "vms": vms,
