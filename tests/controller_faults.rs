@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capc_health_shim::controller::cycle::{Controller, CycleSummary};
-use capc_health_shim::k8s::capi::Mode;
 use capc_health_shim::sim::{ApiFaults, Fault};
 use capc_health_shim::verdict::Status;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -96,14 +95,7 @@ async fn run_until(
 
 /// Annotate mode (CAPI 1.9 profile) or condition mode (1.13), as discovery chose.
 fn annotate_mode(f: &Fixture) -> bool {
-    let annotate = f.choice.mode == Mode::Annotate;
-    assert_eq!(
-        annotate,
-        kube_support::profile() != "capi-1.13",
-        "profile {}",
-        kube_support::profile()
-    );
-    annotate
+    kube_support::annotate_mode(f)
 }
 
 async fn resource_version(f: &Fixture, name: &str) -> String {

@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use capc_health_shim::controller::cycle::{Controller, CycleSummary};
 use capc_health_shim::controller::kube_io::Stores;
-use capc_health_shim::k8s::capi::Mode;
 use capc_health_shim::metrics::Metrics;
 use capc_health_shim::sim::{self, ApiFaults, Fault, SimServer, Simulator, Throttle};
 use capc_health_shim::status::StatusReport;
@@ -360,14 +359,7 @@ impl Bench {
     }
 
     fn annotate_mode(&self) -> bool {
-        let annotate = self.f.choice.mode == Mode::Annotate;
-        assert_eq!(
-            annotate,
-            kube_support::profile() != "capi-1.13",
-            "profile {}",
-            kube_support::profile()
-        );
-        annotate
+        kube_support::annotate_mode(&self.f)
     }
 
     fn sim_calls(&self) -> u64 {

@@ -475,3 +475,11 @@ pub fn is(state: &(Option<(String, String)>, bool), status: &str, reason: &str) 
         .as_ref()
         .is_some_and(|(s, r)| s == status && r == reason)
 }
+
+/// Whether the fixture's API server made the shim pick annotate mode; asserts that this is
+/// what the CRD profile under test implies (CAPI 1.9: annotate, 1.13: condition).
+pub fn annotate_mode(f: &Fixture) -> bool {
+    let annotate = f.choice.mode == capc_health_shim::k8s::capi::Mode::Annotate;
+    assert_eq!(annotate, profile() != "capi-1.13", "profile {}", profile());
+    annotate
+}
