@@ -147,6 +147,16 @@ async fn verdicts_reach_machines_with_every_guard() {
             .iter()
             .any(|e| e.reason.as_deref() == Some("RemediationRequested")));
     }
+    // A first verdict of True is no news: the healthy Machine's Events, if its VM was seen
+    // Starting first, begin with that (a Warning), never with a Normal "is True".
+    let mut healthy: Vec<_> = evs
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("m-healthy"))
+        .collect();
+    healthy.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    if let Some(first) = healthy.first() {
+        assert_eq!(first.type_.as_deref(), Some("Warning"), "{healthy:#?}");
+    }
 
     // /status tells the operator what happened and why, without secrets.
     let r = report.read().await.clone();

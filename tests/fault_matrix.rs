@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use capc_health_shim::controller::cycle::{Controller, CycleSummary};
 use capc_health_shim::controller::kube_io::Stores;
+use capc_health_shim::k8s::watched::ConditionReader;
 use capc_health_shim::metrics::Metrics;
 use capc_health_shim::sim::{self, ApiFaults, Fault, SimServer, Simulator, Throttle};
 use capc_health_shim::status::StatusReport;
@@ -291,7 +292,15 @@ async fn controller_with_metrics(
         }
     }
     args.extend_from_slice(flags);
-    let stores = Stores::start(&f.client, &f.resources);
+    let run = kube_support::run_args(&args);
+    let stores = Stores::start(
+        &f.client,
+        &f.resources,
+        ConditionReader {
+            layout: f.choice.layout,
+            condition_type: run.condition_type.clone(),
+        },
+    );
     assert!(
         stores.wait_until_ready(Duration::from_secs(30)).await,
         "watches sync"
@@ -300,7 +309,7 @@ async fn controller_with_metrics(
     let metrics = Arc::new(Metrics::new());
     let c = Controller::new(
         f.client.clone(),
-        kube_support::run_args(&args),
+        run,
         f.choice.clone(),
         f.resources.clone(),
         stores,

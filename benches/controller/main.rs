@@ -215,6 +215,8 @@ async fn wait_cycles(
 #[derive(Debug, Clone, Default)]
 struct CostRow {
     machines: usize,
+    /// "this" (the build under test) or "baseline" (`CAPC_BENCH_BASELINE_SHIM`).
+    build: &'static str,
     setup_seconds: f64,
     settle_seconds: f64,
     /// Until every Machine is True/VMHealthy.
@@ -243,7 +245,7 @@ struct CostRow {
     load: String,
 }
 
-async fn measure_cost(n: usize) -> Result<CostRow> {
+async fn measure_cost(n: usize, build: &'static str, shim_binary: &Path) -> Result<CostRow> {
     let http = http();
     let load_start = loadavg();
     let s = setup(n, "target/apiserver-bench", COST_POLL_SECS, "Admin").await?;
@@ -267,7 +269,7 @@ async fn measure_cost(n: usize) -> Result<CostRow> {
     let log = Path::new(report::DIR).join(format!("controller-shim-{n}.log"));
     std::fs::create_dir_all(report::DIR)?;
     let t0 = Instant::now();
-    let mut shim = Shim::spawn(&s.api.kubeconfig, &args, &log)?;
+    let mut shim = Shim::spawn(shim_binary, &s.api.kubeconfig, &args, &log)?;
     let pid = shim.pid();
     let settle_seconds = settle(&s, &mut shim, n, t0, Duration::from_secs(900)).await?;
     let cpu_settle = procs::cpu_seconds(pid).context("shim cpu")?;
@@ -377,6 +379,7 @@ async fn measure_cost(n: usize) -> Result<CostRow> {
         (v.census(), trace)
     };
     let row = CostRow {
+        build,
         machines: n,
         setup_seconds: s.setup_seconds,
         settle_seconds,
@@ -438,12 +441,13 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
          without leader election here; those are the API server's own leases); peak RSS = `VmHWM`; \
          `/status` = {STATUS_GETS} sequential GETs of the full document. Wall clock, 2 shared cores: the \
          load average (1/5/15 min, start → end) is in the last column. {source}.\n\n\
-         | Machines | CPU s/cycle | peak RSS MiB | RSS MiB steady | settle s | all VMHealthy s | quiet s | CPU s to settle | writes until all VMHealthy | writes/cycle steady | /status p50 ms | /status p99 ms | /status KiB | CloudStack calls/cycle | poll s (mean) | kube-apiserver CPU s/cycle | set-up s | verdicts | load avg |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+         | Machines | build | CPU s/cycle | peak RSS MiB | RSS MiB steady | settle s | all VMHealthy s | quiet s | CPU s to settle | writes until all VMHealthy | writes/cycle steady | /status p50 ms | /status p99 ms | /status KiB | CloudStack calls/cycle | poll s (mean) | kube-apiserver CPU s/cycle | set-up s | verdicts | load avg |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
         fleet::CLUSTERS
     );
     for r in rows {
-        let k = |name: &str| format!("{name}_{}_machines", r.machines);
+        let prefix = if r.build == "this" { "" } else { "baseline_" };
+        let k = |name: &str| format!("{prefix}{name}_{}_machines", r.machines);
         v.insert(k("cpu_seconds_per_cycle"), r.cpu_seconds_per_cycle);
         v.insert(k("rss_mib"), r.rss_peak_mib);
         v.insert(k("rss_mib_steady"), r.rss_steady_mib);
@@ -466,8 +470,9 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
         v.insert(k("setup_seconds"), r.setup_seconds);
         let _ = writeln!(
             md,
-            "| {} | {:.3} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {:.2} | {:.1} | {:.1} | {:.0} | {:.0} | {:.2} | {:.3} | {:.0} | {} | {} |",
+            "| {} | {} | {:.3} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {:.2} | {:.1} | {:.1} | {:.0} | {:.0} | {:.2} | {:.3} | {:.0} | {} | {} |",
             r.machines,
+            r.build,
             r.cpu_seconds_per_cycle,
             r.rss_peak_mib,
             r.rss_steady_mib,
@@ -488,13 +493,54 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
             r.load
         );
     }
-    if let Some(base) = rows.iter().find(|r| r.machines == 1_000) {
+    let baselines: Vec<(&CostRow, &CostRow)> = rows
+        .iter()
+        .filter(|r| r.build == "this")
+        .filter_map(|r| {
+            let b = rows
+                .iter()
+                .find(|b| b.build == "baseline" && b.machines == r.machines)?;
+            Some((r, b))
+        })
+        .collect();
+    if !baselines.is_empty() {
+        md.push_str(
+            "\nThis build against the baseline binary, same run (this ÷ baseline; < 1 is better):\n\n\
+             | Machines | CPU s/cycle | peak RSS | steady RSS | settle | writes until all VMHealthy |\n\
+             |---:|---:|---:|---:|---:|---:|\n",
+        );
+        for (r, b) in baselines {
+            let key = |name: &str| format!("{name}_ratio_this_vs_baseline_{}_machines", r.machines);
+            let cpu = ratio(r.cpu_seconds_per_cycle, b.cpu_seconds_per_cycle);
+            let rss = ratio(r.rss_peak_mib, b.rss_peak_mib);
+            let steady = ratio(r.rss_steady_mib, b.rss_steady_mib);
+            let settle = ratio(r.settle_seconds, b.settle_seconds);
+            let writes = ratio(r.writes_cold_start, b.writes_cold_start);
+            v.insert(key("cpu_seconds_per_cycle"), cpu);
+            v.insert(key("rss_mib"), rss);
+            v.insert(key("rss_mib_steady"), steady);
+            v.insert(key("settle_seconds"), settle);
+            v.insert(key("apiserver_writes_cold_start"), writes);
+            let _ = writeln!(
+                md,
+                "| {} | {cpu:.2} | {rss:.2} | {steady:.2} | {settle:.2} | {writes:.2} |",
+                r.machines
+            );
+        }
+    }
+    if let Some(base) = rows
+        .iter()
+        .find(|r| r.machines == 1_000 && r.build == "this")
+    {
         md.push_str(
             "\nGrowth against 1 000 Machines (linear = the Machine ratio):\n\n\
              | Machines | ÷ 1 000 | CPU s/cycle | peak RSS | settle | /status p50 | /status p99 |\n\
              |---:|---:|---:|---:|---:|---:|---:|\n",
         );
-        for r in rows.iter().filter(|r| r.machines != 1_000) {
+        for r in rows
+            .iter()
+            .filter(|r| r.machines != 1_000 && r.build == "this")
+        {
             let key = |name: &str| format!("{name}_ratio_{}_vs_1000_machines", r.machines);
             let cpu = ratio(r.cpu_seconds_per_cycle, base.cpu_seconds_per_cycle);
             let rss = ratio(r.rss_peak_mib, base.rss_peak_mib);
@@ -523,8 +569,9 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
             .collect();
         let _ = writeln!(
             md,
-            "- {} Machines, {:.0} cycles: {}; condition changes seen by the watch: {:.0}; CloudStack calls per cycle: {}",
+            "- {} Machines ({}), {:.0} cycles: {}; condition changes seen by the watch: {:.0}; CloudStack calls per cycle: {}",
             r.machines,
+            r.build,
             r.steady_cycles,
             if w.is_empty() {
                 "none".to_string()
@@ -537,7 +584,13 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
     }
     md.push_str("\nThe condition of `m-00000` as the watch saw it change (seconds after the shim started):\n\n");
     for r in rows {
-        let _ = writeln!(md, "- {} Machines: {}", r.machines, r.trace.join("; "));
+        let _ = writeln!(
+            md,
+            "- {} Machines ({}): {}",
+            r.machines,
+            r.build,
+            r.trace.join("; ")
+        );
     }
     v.insert("bench_controller_wall_seconds".into(), wall);
     (v, md)
@@ -550,13 +603,26 @@ async fn run_cost() -> Result<()> {
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| DEFAULT_SIZES.to_vec());
+    // Before/after in one run: each size is measured with this build and then, when
+    // `CAPC_BENCH_BASELINE_SHIM` names an older `capc-health-shim` binary, with that one.
+    let mut builds: Vec<(&'static str, std::path::PathBuf)> =
+        vec![("this", env!("CARGO_BIN_EXE_capc-health-shim").into())];
+    if let Ok(baseline) = std::env::var("CAPC_BENCH_BASELINE_SHIM") {
+        if !Path::new(&baseline).is_file() {
+            bail!("CAPC_BENCH_BASELINE_SHIM={baseline}: no such file");
+        }
+        builds.push(("baseline", baseline.into()));
+    }
     let mut rows = Vec::new();
-    for n in sizes {
+    for (n, (build, binary)) in sizes
+        .iter()
+        .flat_map(|&n| builds.iter().map(move |b| (n, b)))
+    {
         let t = Instant::now();
-        match measure_cost(n).await {
+        match measure_cost(n, build, binary).await {
             Ok(r) => {
                 eprintln!(
-                    "controller: {n} Machines: {:.3} CPU s/cycle, peak RSS {:.1} MiB, settle {:.1} s, \
+                    "controller ({build}): {n} Machines: {:.3} CPU s/cycle, peak RSS {:.1} MiB, settle {:.1} s, \
                      {:.2} writes/cycle, /status p50 {:.1} ms p99 {:.1} ms ({:.0} s)",
                     r.cpu_seconds_per_cycle,
                     r.rss_peak_mib,
@@ -568,7 +634,7 @@ async fn run_cost() -> Result<()> {
                 );
                 rows.push(r);
             }
-            Err(e) => eprintln!("controller: {n} Machines skipped: {e:#}"),
+            Err(e) => eprintln!("controller ({build}): {n} Machines skipped: {e:#}"),
         }
     }
     if rows.is_empty() {
@@ -644,6 +710,7 @@ async fn run_soak() -> Result<bool> {
     .collect();
     let t0 = Instant::now();
     let mut shim = Shim::spawn(
+        Path::new(env!("CARGO_BIN_EXE_capc-health-shim")),
         &kc_path,
         &args,
         &Path::new(report::DIR).join("soak-shim.log"),

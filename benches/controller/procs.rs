@@ -151,10 +151,11 @@ pub struct Shim {
 }
 
 impl Shim {
-    pub fn spawn(kubeconfig: &Path, args: &[String], log: &Path) -> Result<Self> {
+    /// `binary`: this build's `capc-health-shim`, or a baseline to compare with.
+    pub fn spawn(binary: &Path, kubeconfig: &Path, args: &[String], log: &Path) -> Result<Self> {
         let addr = format!("127.0.0.1:{}", free_port());
         let log = std::fs::File::create(log).context("shim log")?;
-        let child = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))
+        let child = Command::new(binary)
             .args(["--log", "warn", "run", "--status-addr", &addr])
             .args(args)
             .env("KUBECONFIG", kubeconfig)

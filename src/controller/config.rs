@@ -87,6 +87,9 @@ pub struct RunArgs {
     /// Client-side rate limit per scope client (endpoint × project × zone), requests per second; 0 turns it off.
     #[arg(long, env = "CAPC_HEALTH_RATE_LIMIT", default_value_t = 5.0)]
     pub rate_limit: f64,
+    /// Condition writes (each with its Event) in flight at once; a cold start writes one per Machine.
+    #[arg(long, env = "CAPC_HEALTH_MAX_CONCURRENT_WRITES", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub max_concurrent_writes: u16,
     /// Skip leader election (single replica, tests).
     #[arg(long, env = "CAPC_HEALTH_NO_LEADER_ELECTION")]
     pub no_leader_election: bool,

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use futures::stream::{self, StreamExt};
 use jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use tokio::sync::RwLock;
@@ -23,7 +24,7 @@ use crate::k8s::objects::{matching_node, well_known};
 use crate::metrics::Metrics;
 use crate::scope::ScopeObserver;
 use crate::status::{ClusterReport, FailureDomainReport, MachineReport, ScopeReport, StatusReport};
-use crate::verdict::condition::{is_unchanged, next_condition};
+use crate::verdict::condition::{is_unchanged, needs_event, next_condition};
 use crate::verdict::{
     evaluate, reason, ConditionState, Graces, MachineFacts, MassFailureGuard, ScopeMember, Status,
     Verdict,
@@ -190,17 +191,14 @@ impl Controller {
     /// Runs one cycle at `now`.
     pub async fn cycle(&mut self, now: Timestamp) -> CycleSummary {
         let mut summary = CycleSummary::default();
-        let machines = kube_io::snapshot(&self.stores.machines);
         let targets = targets::build(
             &Objects {
-                machines: &machines,
-                cloudstack_machines: &kube_io::snapshot(&self.stores.cloudstack_machines),
-                failure_domains: &kube_io::snapshot(&self.stores.failure_domains),
-                clusters: &kube_io::snapshot(&self.stores.clusters),
-                health_checks: &kube_io::snapshot(&self.stores.health_checks),
+                machines: &self.stores.machines.state(),
+                cloudstack_machines: &self.stores.cloudstack_machines.state(),
+                failure_domains: &self.stores.failure_domains.state(),
+                clusters: &self.stores.clusters.state(),
+                health_checks: &self.stores.health_checks.state(),
             },
-            self.api.layout,
-            &self.args.condition_type,
             &self.args.namespaces,
         );
         summary.machines = targets.len();
@@ -438,7 +436,21 @@ impl Controller {
             })
             .map(|t| (t.machine.namespace.clone(), t.machine.cluster_name.clone()))
             .collect();
-        for (i, (t, verdict)) in targets.iter().zip(verdicts).enumerate() {
+        let nexts: Vec<Option<ConditionState>> = targets
+            .iter()
+            .zip(&verdicts)
+            .map(|(t, v)| {
+                let v = v.as_ref()?;
+                Some(next_condition(
+                    t.current.as_ref(),
+                    &self.args.condition_type,
+                    v,
+                    now,
+                ))
+            })
+            .collect();
+        let mut writes = self.write_conditions(&targets, &nexts).await;
+        for (i, (t, next)) in targets.iter().zip(nexts).enumerate() {
             let mut report = MachineReport {
                 namespace: t.machine.namespace.clone(),
                 name: t.machine.name.clone(),
@@ -478,8 +490,10 @@ impl Controller {
                 }
                 _ => {}
             }
-            if let Some(verdict) = verdict {
-                let published = self.publish(t, &verdict, now, &mut summary).await;
+            if let Some(published) = next {
+                if let Some(result) = writes[i].take() {
+                    self.record_write(t, &published, result, now, &mut summary);
+                }
                 report.verdict = Some(published.status);
                 report.reason = Some(published.reason.clone());
                 report.message = Some(published.message.clone());
@@ -566,72 +580,102 @@ impl Controller {
         Some(evaluate(history, &facts, &self.graces, now))
     }
 
-    /// Writes the condition if it changed; returns what is now published.
-    async fn publish(
-        &mut self,
-        t: &Target,
-        verdict: &Verdict,
-        now: Timestamp,
-        summary: &mut CycleSummary,
-    ) -> ConditionState {
-        let next = next_condition(t.current.as_ref(), &self.args.condition_type, verdict, now);
-        if is_unchanged(t.current.as_ref(), &next) {
-            return next;
+    /// Writes every changed condition, [`RunArgs::max_concurrent_writes`] at a time (a cold
+    /// start has one to write per Machine), each followed by its Event when the status
+    /// changed. Index → outcome; `None` where nothing changed.
+    async fn write_conditions(
+        &self,
+        targets: &[Target],
+        nexts: &[Option<ConditionState>],
+    ) -> Vec<Option<Result<(), String>>> {
+        let changed = targets
+            .iter()
+            .zip(nexts)
+            .enumerate()
+            .filter_map(|(i, (t, next))| {
+                let next = next.as_ref()?;
+                (!is_unchanged(t.current.as_ref(), next)).then_some((i, t, next))
+            });
+        let outcomes: Vec<(usize, Result<(), String>)> = stream::iter(changed)
+            .map(|(i, t, next)| async move { (i, self.write_condition(t, next).await) })
+            .buffer_unordered(usize::from(self.args.max_concurrent_writes))
+            .collect()
+            .await;
+        let mut out: Vec<Option<Result<(), String>>> = vec![None; targets.len()];
+        for (i, outcome) in outcomes {
+            out[i] = Some(outcome);
         }
-        match kube_io::apply_condition(
+        out
+    }
+
+    async fn write_condition(&self, t: &Target, next: &ConditionState) -> Result<(), String> {
+        kube_io::apply_condition(
             &self.client,
             &self.resources.machine,
             self.api.layout,
             &t.machine.namespace,
             &t.machine.name,
-            &next,
+            next,
         )
-        .await
-        {
-            Ok(()) => {
-                summary.condition_writes += 1;
-                if let Some(uid) = &t.machine.uid {
-                    self.written.insert(
-                        uid.clone(),
-                        Written {
-                            condition: next.clone(),
-                            based_on: t.machine.resource_version.clone(),
-                        },
+        .await?;
+        let previous = t.current.as_ref().map(|c| c.status);
+        if previous != Some(next.status) {
+            tracing::info!(machine = %format!("{}/{}", t.machine.namespace, t.machine.name),
+                status = %next.status, reason = %next.reason, message = %next.message, "verdict changed");
+        }
+        if needs_event(previous, next.status) {
+            self.events
+                .publish(
+                    &t.machine.namespace,
+                    &t.machine.name,
+                    None,
+                    next.status != Status::True,
+                    &next.reason,
+                    format!(
+                        "{} is {}: {}",
+                        self.args.condition_type, next.status, next.message
+                    ),
+                )
+                .await;
+        }
+        Ok(())
+    }
+
+    /// The bookkeeping of one condition write: our record of it, metrics, the cycle's count.
+    fn record_write(
+        &mut self,
+        t: &Target,
+        next: &ConditionState,
+        outcome: Result<(), String>,
+        now: Timestamp,
+        summary: &mut CycleSummary,
+    ) {
+        if let Err(e) = outcome {
+            tracing::warn!(error = %e, "condition write failed; retried next cycle");
+            summary.problems.push(e);
+            return;
+        }
+        summary.condition_writes += 1;
+        if let Some(uid) = &t.machine.uid {
+            self.written.insert(
+                uid.clone(),
+                Written {
+                    condition: next.clone(),
+                    based_on: t.machine.resource_version.clone(),
+                },
+            );
+        }
+        if t.current.as_ref().map(|c| c.status) != Some(next.status) {
+            self.metrics.record_transition(next.status, &next.reason);
+            if next.status == Status::False {
+                if let Some(created) = t.created {
+                    self.metrics.observe_time_to_false(
+                        &next.reason,
+                        now.duration_since(created).as_secs_f64(),
                     );
                 }
-                if t.current.as_ref().map(|c| c.status) != Some(next.status) {
-                    self.metrics.record_transition(next.status, &next.reason);
-                    if next.status == Status::False {
-                        if let Some(created) = t.created {
-                            self.metrics.observe_time_to_false(
-                                &next.reason,
-                                now.duration_since(created).as_secs_f64(),
-                            );
-                        }
-                    }
-                    tracing::info!(machine = %format!("{}/{}", t.machine.namespace, t.machine.name),
-                        status = %next.status, reason = %next.reason, message = %next.message, "verdict changed");
-                    self.events
-                        .publish(
-                            &t.machine.namespace,
-                            &t.machine.name,
-                            None,
-                            next.status != Status::True,
-                            &next.reason,
-                            format!(
-                                "{} is {}: {}",
-                                self.args.condition_type, next.status, next.message
-                            ),
-                        )
-                        .await;
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "condition write failed; retried next cycle");
-                summary.problems.push(e);
             }
         }
-        next
     }
 
     async fn escalate(

@@ -14,14 +14,18 @@ use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Client, ResourceExt};
+use kube::Client;
 use serde_json::{json, Value};
 
 use crate::k8s::capi::{ApiChoice, ConditionLayout, ServedApis};
 use crate::k8s::conditions::{apply_body, FIELD_MANAGER};
 use crate::k8s::objects::well_known;
+use crate::k8s::watched::{
+    CloudStackMachineRecord, ClusterRecord, ConditionReader, FailureDomainRecord,
+    HealthCheckRecord, MachineRecord,
+};
 use crate::verdict::ConditionState;
 
 const CAPI_GROUP: &str = "cluster.x-k8s.io";
@@ -139,45 +143,82 @@ pub async fn discover(client: &Client) -> (ServedApis, Vec<String>) {
     )
 }
 
-/// The watched objects, kept current by reflectors. `DynamicObject` watches cannot fail on
-/// a malformed object: each is plain JSON, judged later by the tolerant readers.
+/// The watched objects as records ([`crate::k8s::watched`]), kept current by watches. The
+/// watches read `DynamicObject`s, so a malformed object cannot break them: each is plain JSON
+/// to the tolerant readers that take its record.
 #[derive(Clone)]
 pub struct Stores {
-    pub machines: Store<DynamicObject>,
-    pub cloudstack_machines: Store<DynamicObject>,
-    pub failure_domains: Store<DynamicObject>,
-    pub clusters: Store<DynamicObject>,
-    pub health_checks: Store<DynamicObject>,
+    pub machines: Store<MachineRecord>,
+    pub cloudstack_machines: Store<CloudStackMachineRecord>,
+    pub failure_domains: Store<FailureDomainRecord>,
+    pub clusters: Store<ClusterRecord>,
+    pub health_checks: Store<HealthCheckRecord>,
 }
 
-fn reflect(client: &Client, ar: &ApiResource) -> Store<DynamicObject> {
+/// Watches `ar` and keeps, per object, the record `read` takes from its JSON.
+fn watch<R>(
+    client: &Client,
+    ar: &ApiResource,
+    read: impl Fn(&Value) -> Option<R> + Send + 'static,
+) -> Store<R>
+where
+    R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
     let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
-    let writer = reflector::store::Writer::new(ar.clone());
+    let mut writer = reflector::store::Writer::<R>::new(());
     let reader = writer.as_reader();
-    let stream = watcher(api, watcher::Config::default().any_semantic())
-        .default_backoff()
-        .modify(|o: &mut DynamicObject| o.managed_fields_mut().clear())
-        .reflect(writer);
+    let events = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
     let kind = ar.kind.clone();
     tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            if let Err(e) = event {
-                tracing::warn!(kind = %kind, error = %e, "watch error; retrying with back-off");
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(event) => {
+                    if let Some(event) = record_event(event, &read) {
+                        writer.apply_watcher_event(&event);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(kind = %kind, error = %e, "watch error; retrying with back-off")
+                }
             }
         }
     });
     reader
 }
 
+/// The event with its object replaced by the object's record; `None` for an object that has
+/// none (no name: the API server sends no such object).
+fn record_event<R>(
+    event: watcher::Event<DynamicObject>,
+    read: impl Fn(&Value) -> Option<R>,
+) -> Option<watcher::Event<R>> {
+    use watcher::Event;
+    let record = |o: DynamicObject| serde_json::to_value(o).ok().and_then(|v| read(&v));
+    Some(match event {
+        Event::Apply(o) => Event::Apply(record(o)?),
+        Event::Delete(o) => Event::Delete(record(o)?),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(record(o)?),
+        Event::InitDone => Event::InitDone,
+    })
+}
+
 impl Stores {
-    pub fn start(client: &Client, r: &Resources) -> Self {
+    /// Starts the watches; `reader` says how to read our condition off a Machine.
+    pub fn start(client: &Client, r: &Resources, reader: ConditionReader) -> Self {
         Self {
-            machines: reflect(client, &r.machine),
-            cloudstack_machines: reflect(client, &r.cloudstack_machine),
-            failure_domains: reflect(client, &r.failure_domain),
-            clusters: reflect(client, &r.cluster),
-            health_checks: reflect(client, &r.mhc),
+            machines: watch(client, &r.machine, move |m| {
+                MachineRecord::from_json(m, &reader)
+            }),
+            cloudstack_machines: watch(
+                client,
+                &r.cloudstack_machine,
+                CloudStackMachineRecord::from_json,
+            ),
+            failure_domains: watch(client, &r.failure_domain, FailureDomainRecord::from_json),
+            clusters: watch(client, &r.cluster, ClusterRecord::from_json),
+            health_checks: watch(client, &r.mhc, HealthCheckRecord::from_json),
         }
     }
 
@@ -191,15 +232,6 @@ impl Stores {
         };
         tokio::time::timeout(timeout, all).await.is_ok()
     }
-}
-
-/// A store's objects as JSON.
-pub fn snapshot(store: &Store<DynamicObject>) -> Vec<Value> {
-    store
-        .state()
-        .iter()
-        .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
-        .collect()
 }
 
 /// The data of a Secret as strings; errors name the Secret, never its content.

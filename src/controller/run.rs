@@ -17,6 +17,7 @@ use super::kube_io::{self, Resources, Stores};
 use crate::http::{self, HttpState};
 use crate::k8s::capi::{choose, ApiChoice};
 use crate::k8s::lease;
+use crate::k8s::watched::ConditionReader;
 use crate::metrics::Metrics;
 use crate::status::StatusReport;
 
@@ -140,7 +141,14 @@ pub async fn main(args: RunArgs) -> u8 {
     tracing::info!(mode = %choice.mode, source = %choice.mode_source, layout = ?choice.layout,
         cloudstack_machine = %choice.cloudstack_machine_version, "discovered Cluster API and CAPC");
     let resources = Resources::for_choice(&choice);
-    let stores = Stores::start(&client, &resources);
+    let stores = Stores::start(
+        &client,
+        &resources,
+        ConditionReader {
+            layout: choice.layout,
+            condition_type: args.condition_type.clone(),
+        },
+    );
     if !stores.wait_until_ready(Duration::from_secs(120)).await {
         set_problem(&report, "watches did not sync within 120s".into()).await;
         tracing::error!("watches did not sync within 120s");

@@ -1,15 +1,16 @@
-//! From the watched objects to the list of Machines to judge (pure). Each CAPC-backed Machine
+//! From the watched records to the list of Machines to judge (pure). Each CAPC-backed Machine
 //! is joined to its CloudStackMachine (instance id, state anchor), its failure domain (endpoint
 //! Secret, project, zone), its Cluster (paused?) and the MachineHealthChecks that cover it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use jiff::Timestamp;
-use serde_json::Value;
 
-use crate::k8s::capi::ConditionLayout;
-use crate::k8s::conditions;
-use crate::k8s::objects::{mhc_covers, well_known, MachineView};
+use crate::k8s::objects::{mhc_covers, MachineView};
+use crate::k8s::watched::{
+    CloudStackMachineRecord, ClusterRecord, FailureDomainRecord, HealthCheckRecord, MachineRecord,
+};
 use crate::verdict::ConditionState;
 
 /// Which CloudStack endpoint and scope a Machine's VM is polled through.
@@ -36,7 +37,7 @@ pub enum TargetProblem {
 
 #[derive(Debug, Clone)]
 pub struct Target {
-    pub machine: MachineView,
+    pub machine: Arc<MachineView>,
     pub created: Option<Timestamp>,
     pub instance_id: Option<String>,
     /// CAPC's `status.instanceState` and when it last changed (anchor after a restart).
@@ -50,72 +51,37 @@ pub struct Target {
     pub current: Option<ConditionState>,
 }
 
-fn str_at<'a>(v: &'a Value, p: &str) -> Option<&'a str> {
-    v.pointer(p)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-}
-
-fn ns_name(v: &Value) -> Option<(String, String)> {
-    Some((
-        str_at(v, "/metadata/namespace")
-            .unwrap_or("default")
-            .to_string(),
-        str_at(v, "/metadata/name")?.to_string(),
-    ))
-}
-
-fn time_at(v: &Value, p: &str) -> Option<Timestamp> {
-    str_at(v, p).and_then(|s| s.parse().ok())
-}
-
-/// Everything the watches hold, as JSON.
+/// Everything the watches hold, as records.
 pub struct Objects<'a> {
-    pub machines: &'a [Value],
-    pub cloudstack_machines: &'a [Value],
-    pub failure_domains: &'a [Value],
-    pub clusters: &'a [Value],
-    pub health_checks: &'a [Value],
+    pub machines: &'a [Arc<MachineRecord>],
+    pub cloudstack_machines: &'a [Arc<CloudStackMachineRecord>],
+    pub failure_domains: &'a [Arc<FailureDomainRecord>],
+    pub clusters: &'a [Arc<ClusterRecord>],
+    pub health_checks: &'a [Arc<HealthCheckRecord>],
 }
 
-/// Joins the objects into targets. `namespaces` empty = all.
-pub fn build(
-    objects: &Objects<'_>,
-    layout: ConditionLayout,
-    condition_type: &str,
-    namespaces: &[String],
-) -> Vec<Target> {
-    let csm_by_name: HashMap<(String, String), &Value> = objects
+/// Joins the records into targets. `namespaces` empty = all.
+pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
+    let csm_by_name: HashMap<(&str, &str), &CloudStackMachineRecord> = objects
         .cloudstack_machines
         .iter()
-        .filter_map(|o| Some((ns_name(o)?, o)))
+        .map(|c| ((c.namespace.as_str(), c.name.as_str()), &**c))
         .collect();
-    let paused_clusters: HashMap<(String, String), bool> = objects
+    let paused_clusters: HashMap<(&str, &str), bool> = objects
         .clusters
         .iter()
-        .filter_map(|c| {
-            let paused = c
-                .pointer("/spec/paused")
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
-                || c.pointer("/metadata/annotations")
-                    .and_then(Value::as_object)
-                    .is_some_and(|a| a.contains_key(well_known::PAUSED));
-            Some((ns_name(c)?, paused))
-        })
+        .map(|c| ((c.namespace.as_str(), c.name.as_str()), c.paused))
         .collect();
     let mut out = Vec::new();
-    for m in objects.machines {
-        let Some(view) = MachineView::from_json(m) else {
-            continue;
-        };
+    for record in objects.machines {
+        let view = &record.view;
         if !view.is_cloudstack()
             || (!namespaces.is_empty() && !namespaces.contains(&view.namespace))
         {
             continue;
         }
         let mut t = Target {
-            created: time_at(m, "/metadata/creationTimestamp"),
+            created: record.created,
             instance_id: None,
             csm_state: None,
             csm_state_since: None,
@@ -124,27 +90,25 @@ pub fn build(
             mhc_covered: objects
                 .health_checks
                 .iter()
-                .any(|mhc| mhc_covers(mhc, &view)),
+                .any(|mhc| mhc_covers(mhc, view)),
             cluster_paused: paused_clusters
-                .get(&(view.namespace.clone(), view.cluster_name.clone()))
+                .get(&(view.namespace.as_str(), view.cluster_name.as_str()))
                 .copied()
                 .unwrap_or(false),
-            current: conditions::read(m, layout, condition_type),
-            machine: view,
+            current: record.current.clone(),
+            machine: view.clone(),
         };
-        let csm_name = t.machine.infrastructure_name.clone().unwrap_or_default();
-        let Some(csm) = csm_by_name.get(&(t.machine.namespace.clone(), csm_name.clone())) else {
-            t.problem = Some(TargetProblem::NoCloudStackMachine(csm_name));
+        let csm_name = view.infrastructure_name.as_deref().unwrap_or_default();
+        let Some(csm) = csm_by_name.get(&(view.namespace.as_str(), csm_name)) else {
+            t.problem = Some(TargetProblem::NoCloudStackMachine(csm_name.to_string()));
             out.push(t);
             continue;
         };
-        t.instance_id = str_at(csm, "/spec/instanceID").map(|s| s.to_ascii_lowercase());
-        t.csm_state = str_at(csm, "/status/instanceState").map(str::to_string);
-        t.csm_state_since = time_at(csm, "/status/instanceStateLastUpdated");
-        let fd_name = str_at(csm, "/spec/failureDomainName")
-            .unwrap_or_default()
-            .to_string();
-        match failure_domain(objects.failure_domains, &t.machine, &fd_name) {
+        t.instance_id = csm.instance_id.clone();
+        t.csm_state = csm.instance_state.clone();
+        t.csm_state_since = csm.instance_state_since;
+        let fd_name = csm.failure_domain_name.as_deref().unwrap_or_default();
+        match failure_domain(objects.failure_domains, view, fd_name) {
             Some(endpoint) => t.endpoint = Some(endpoint),
             // Not deployed yet: CAPC picks the failure domain and the VM together, so a missing
             // one is no credentials problem until there is an instance to judge.
@@ -153,7 +117,7 @@ pub fn build(
                 t.problem = Some(TargetProblem::NoFailureDomain(if fd_name.is_empty() {
                     "(the CloudStackMachine names no failure domain)".to_string()
                 } else {
-                    fd_name
+                    fd_name.to_string()
                 }))
             }
         }
@@ -165,45 +129,43 @@ pub fn build(
     out
 }
 
-/// CAPC names failure-domain objects `md5(name+cluster)` and keeps the logical name in
-/// `spec.name`; match on that and the cluster label, in the Machine's namespace.
-fn failure_domain(fds: &[Value], m: &MachineView, fd_name: &str) -> Option<EndpointRef> {
+/// The failure domain the Machine's CloudStackMachine names: by `spec.name` (or object name)
+/// in the Machine's namespace, preferring the one labelled with the Machine's cluster.
+fn failure_domain(
+    fds: &[Arc<FailureDomainRecord>],
+    m: &MachineView,
+    fd_name: &str,
+) -> Option<EndpointRef> {
     if fd_name.is_empty() {
         return None;
     }
-    let candidates: Vec<&Value> = fds
+    let candidates: Vec<&FailureDomainRecord> = fds
         .iter()
-        .filter(|fd| str_at(fd, "/metadata/namespace").unwrap_or("default") == m.namespace)
-        .filter(|fd| {
-            str_at(fd, "/spec/name") == Some(fd_name)
-                || str_at(fd, "/metadata/name") == Some(fd_name)
-        })
+        .map(|fd| &**fd)
+        .filter(|fd| fd.namespace == m.namespace)
+        .filter(|fd| fd.spec_name.as_deref() == Some(fd_name) || fd.name == fd_name)
         .collect();
     let fd = candidates
         .iter()
-        .find(|fd| {
-            fd.pointer("/metadata/labels")
-                .and_then(|l| l.get(well_known::CLUSTER_NAME_LABEL))
-                .and_then(Value::as_str)
-                == Some(m.cluster_name.as_str())
-        })
+        .find(|fd| fd.cluster_name.as_deref() == Some(m.cluster_name.as_str()))
         .or_else(|| candidates.first())?;
-    let secret_name = str_at(fd, "/spec/acsEndpoint/name")?.to_string();
-    let secret_namespace = str_at(fd, "/spec/acsEndpoint/namespace")
-        .unwrap_or(&m.namespace)
-        .to_string();
     Some(EndpointRef {
-        secret_namespace,
-        secret_name,
-        project: str_at(fd, "/spec/project").map(str::to_string),
-        zone_id: str_at(fd, "/spec/zone/id").map(str::to_string),
+        secret_namespace: fd
+            .secret_namespace
+            .clone()
+            .unwrap_or_else(|| m.namespace.clone()),
+        secret_name: fd.secret_name.clone()?,
+        project: fd.project.clone(),
+        zone_id: fd.zone_id.clone(),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::k8s::capi::ConditionLayout;
+    use crate::k8s::watched::ConditionReader;
+    use serde_json::{json, Value};
 
     fn machine(name: &str, csm: &str) -> Value {
         json!({"metadata": {"name": name, "namespace": "ns", "creationTimestamp": "2026-11-30T00:00:00Z",
@@ -227,20 +189,26 @@ mod tests {
                         "acsEndpoint": {"name": "secret1", "namespace": "capc-system"}}})
     }
 
+    fn records<T>(json: &[Value], read: impl Fn(&Value) -> Option<T>) -> Vec<Arc<T>> {
+        json.iter().filter_map(|v| read(v).map(Arc::new)).collect()
+    }
+
     fn build_one(machines: &[Value], csms: &[Value], fds: &[Value]) -> Vec<Target> {
         let mhc = json!({"metadata": {"namespace": "ns", "name": "mhc"}, "spec": {"clusterName": "c1", "selector": {}}});
         let cluster =
             json!({"metadata": {"namespace": "ns", "name": "c1"}, "spec": {"paused": true}});
+        let reader = ConditionReader {
+            layout: ConditionLayout::V1Beta1WithV1Beta2Conditions,
+            condition_type: "CloudStackVMHealthy".into(),
+        };
         build(
             &Objects {
-                machines,
-                cloudstack_machines: csms,
-                failure_domains: fds,
-                clusters: &[cluster],
-                health_checks: &[mhc],
+                machines: &records(machines, |m| MachineRecord::from_json(m, &reader)),
+                cloudstack_machines: &records(csms, CloudStackMachineRecord::from_json),
+                failure_domains: &records(fds, FailureDomainRecord::from_json),
+                clusters: &records(&[cluster], ClusterRecord::from_json),
+                health_checks: &records(&[mhc], HealthCheckRecord::from_json),
             },
-            ConditionLayout::V1Beta1WithV1Beta2Conditions,
-            "CloudStackVMHealthy",
             &[],
         )
     }

@@ -7,12 +7,14 @@
 //! - [`conditions`]: reading our condition back; the server-side-apply body for one entry.
 //! - [`escalation`]: the remediate-machine annotation and its guards.
 //! - [`lease`]: whether the leader's hold on its Lease still stands.
+//! - [`watched`]: what the watches keep of each object (the facts read, as records).
 
 pub mod capi;
 pub mod conditions;
 pub mod escalation;
 pub mod lease;
 pub mod objects;
+pub mod watched;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::watched::HealthCheckRecord;
+
 /// Annotations and labels CAPI defines that the shim reads or writes.
 pub mod well_known {
     pub const REMEDIATE_MACHINE: &str = "cluster.x-k8s.io/remediate-machine";
@@ -149,18 +151,11 @@ pub fn selector_matches(selector: &Value, labels: &BTreeMap<String, String>) -> 
 
 /// Whether the MachineHealthCheck `mhc` covers `machine` (same namespace and cluster, selector
 /// matches, neither paused).
-pub fn mhc_covers(mhc: &Value, machine: &MachineView) -> bool {
-    let same_ns = str_at(mhc, "/metadata/namespace").unwrap_or("default") == machine.namespace;
-    let same_cluster = str_at(mhc, "/spec/clusterName") == Some(machine.cluster_name.as_str());
-    let paused = mhc
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .is_some_and(|a| a.contains_key(well_known::PAUSED));
-    let selector = mhc
-        .pointer("/spec/selector")
-        .cloned()
-        .unwrap_or(Value::Null);
-    same_ns && same_cluster && !paused && selector_matches(&selector, &machine.labels)
+pub fn mhc_covers(mhc: &HealthCheckRecord, machine: &MachineView) -> bool {
+    mhc.namespace == machine.namespace
+        && mhc.cluster_name.as_deref() == Some(machine.cluster_name.as_str())
+        && !mhc.paused
+        && selector_matches(&mhc.selector, &machine.labels)
 }
 
 /// A Node of the workload cluster that belongs to this Machine's VM although the Machine has
@@ -248,7 +243,10 @@ mod tests {
     #[test]
     fn mhc_coverage_needs_namespace_cluster_and_selector() {
         let m = MachineView::from_json(&machine()).unwrap();
-        let mhc = |ns: &str, cluster: &str, sel: Value| json!({"metadata": {"name": "mhc", "namespace": ns}, "spec": {"clusterName": cluster, "selector": sel}});
+        let mhc_json = |ns: &str, cluster: &str, sel: Value| json!({"metadata": {"name": "mhc", "namespace": ns}, "spec": {"clusterName": cluster, "selector": sel}});
+        let mhc = |ns: &str, cluster: &str, sel: Value| {
+            HealthCheckRecord::from_json(&mhc_json(ns, cluster, sel)).unwrap()
+        };
         assert!(mhc_covers(
             &mhc("ns1", "c1", json!({"matchLabels": {"nodepool": "md-0"}})),
             &m
@@ -259,9 +257,12 @@ mod tests {
             &mhc("ns1", "c1", json!({"matchLabels": {"nodepool": "md-1"}})),
             &m
         ));
-        let mut paused = mhc("ns1", "c1", json!({}));
+        let mut paused = mhc_json("ns1", "c1", json!({}));
         paused["metadata"]["annotations"] = json!({"cluster.x-k8s.io/paused": ""});
-        assert!(!mhc_covers(&paused, &m));
+        assert!(!mhc_covers(
+            &HealthCheckRecord::from_json(&paused).unwrap(),
+            &m
+        ));
     }
 
     #[test]

@@ -52,10 +52,30 @@ pub fn is_unchanged(previous: Option<&ConditionState>, next: &ConditionState) ->
     previous == Some(next)
 }
 
+/// Whether a status change deserves an Event on the Machine: every change, except a first
+/// verdict that is `True` (a cold start of 10 000 healthy Machines would otherwise write
+/// 10 000 Events that tell nobody anything).
+pub fn needs_event(previous: Option<Status>, next: Status) -> bool {
+    match previous {
+        None => next != Status::True,
+        Some(p) => p != next,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::verdict::reason;
+
+    #[test]
+    fn events_mark_changes_but_not_a_first_healthy_verdict() {
+        assert!(!needs_event(None, Status::True));
+        assert!(needs_event(None, Status::False));
+        assert!(needs_event(None, Status::Unknown));
+        assert!(needs_event(Some(Status::Unknown), Status::True));
+        assert!(needs_event(Some(Status::True), Status::False));
+        assert!(!needs_event(Some(Status::False), Status::False));
+    }
 
     #[test]
     fn transition_time_moves_only_on_status_change() {

@@ -11,6 +11,7 @@ use capc_health_shim::controller::cycle::Controller;
 use capc_health_shim::controller::kube_io::{self, Resources, Stores};
 use capc_health_shim::controller::RunArgs;
 use capc_health_shim::k8s::capi::{choose, ApiChoice, Mode};
+use capc_health_shim::k8s::watched::ConditionReader;
 use capc_health_shim::metrics::Metrics;
 use capc_health_shim::sim::{self, SimServer, Simulator};
 use capc_health_shim::status::StatusReport;
@@ -360,7 +361,15 @@ impl Fixture {
             "100",
         ];
         args.extend_from_slice(extra);
-        let stores = Stores::start(&client, &self.resources);
+        let run = run_args(&args);
+        let stores = Stores::start(
+            &client,
+            &self.resources,
+            ConditionReader {
+                layout: self.choice.layout,
+                condition_type: run.condition_type.clone(),
+            },
+        );
         assert!(
             stores.wait_until_ready(Duration::from_secs(30)).await,
             "watches sync"
@@ -368,7 +377,7 @@ impl Fixture {
         let report = Arc::new(RwLock::new(StatusReport::default()));
         let c = Controller::new(
             client,
-            run_args(&args),
+            run,
             self.choice.clone(),
             self.resources.clone(),
             stores,
@@ -385,7 +394,15 @@ impl Fixture {
     ) -> (Controller, Arc<RwLock<StatusReport>>) {
         let mut args = vec!["--namespace", &self.ns, "--no-leader-election"];
         args.extend_from_slice(extra);
-        let stores = Stores::start(&self.client, &self.resources);
+        let run = run_args(&args);
+        let stores = Stores::start(
+            &self.client,
+            &self.resources,
+            ConditionReader {
+                layout: self.choice.layout,
+                condition_type: run.condition_type.clone(),
+            },
+        );
         assert!(
             stores.wait_until_ready(Duration::from_secs(60)).await,
             "watches sync"
@@ -393,7 +410,7 @@ impl Fixture {
         let report = Arc::new(RwLock::new(StatusReport::default()));
         let c = Controller::new(
             self.client.clone(),
-            run_args(&args),
+            run,
             self.choice.clone(),
             self.resources.clone(),
             stores,

@@ -1,0 +1,357 @@
+//! What the watches keep of each object: the few facts the shim's decisions read, taken out
+//! of the object's JSON once per watch event by tolerant readers (a field the shim does not
+//! expect never makes an object unreadable; a missing one reads as missing).
+//!
+//! Why not keep the objects: at 10 000 Machines the stored JSON trees (every small map a
+//! B-tree node), the API-resource copy in each store key and a JSON copy of every object
+//! taken each cycle for the join made up 160 of the controller's 200 MiB of live heap. These
+//! records are a few hundred bytes each and the join reads them in place.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use kube::runtime::reflector::Lookup;
+use serde_json::Value;
+
+use super::capi::ConditionLayout;
+use super::conditions;
+use super::objects::{well_known, MachineView};
+use crate::verdict::ConditionState;
+
+/// How to read our condition off a Machine: where the served API keeps conditions, and the
+/// condition type the shim owns.
+#[derive(Debug, Clone)]
+pub struct ConditionReader {
+    pub layout: ConditionLayout,
+    pub condition_type: String,
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+}
+
+fn owned_at(v: &Value, pointer: &str) -> Option<String> {
+    str_at(v, pointer).map(str::to_string)
+}
+
+fn time_at(v: &Value, pointer: &str) -> Option<Timestamp> {
+    str_at(v, pointer).and_then(|s| s.parse().ok())
+}
+
+/// Namespace (an object without one is in `default`) and name; `None` without a name.
+fn key_of(v: &Value) -> Option<(String, String)> {
+    Some((
+        str_at(v, "/metadata/namespace")
+            .unwrap_or("default")
+            .to_string(),
+        owned_at(v, "/metadata/name")?,
+    ))
+}
+
+fn paused_by_annotation(v: &Value) -> bool {
+    v.pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(well_known::PAUSED))
+}
+
+/// A Machine: its view, when it was created, and our condition as published on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MachineRecord {
+    pub view: Arc<MachineView>,
+    pub created: Option<Timestamp>,
+    pub current: Option<ConditionState>,
+}
+
+impl MachineRecord {
+    pub fn from_json(m: &Value, reader: &ConditionReader) -> Option<Self> {
+        Some(Self {
+            view: Arc::new(MachineView::from_json(m)?),
+            created: time_at(m, "/metadata/creationTimestamp"),
+            current: conditions::read(m, reader.layout, &reader.condition_type),
+        })
+    }
+}
+
+/// A CloudStackMachine: which VM, in which failure domain, and CAPC's record of its state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudStackMachineRecord {
+    pub namespace: String,
+    pub name: String,
+    /// `spec.instanceID`, lowercased as CloudStack's ids compare.
+    pub instance_id: Option<String>,
+    pub failure_domain_name: Option<String>,
+    /// `status.instanceState` and when it last changed (an anchor after a restart).
+    pub instance_state: Option<String>,
+    pub instance_state_since: Option<Timestamp>,
+}
+
+impl CloudStackMachineRecord {
+    pub fn from_json(v: &Value) -> Option<Self> {
+        let (namespace, name) = key_of(v)?;
+        Some(Self {
+            namespace,
+            name,
+            instance_id: str_at(v, "/spec/instanceID").map(str::to_ascii_lowercase),
+            failure_domain_name: owned_at(v, "/spec/failureDomainName"),
+            instance_state: owned_at(v, "/status/instanceState"),
+            instance_state_since: time_at(v, "/status/instanceStateLastUpdated"),
+        })
+    }
+}
+
+/// A CloudStackFailureDomain: CAPC names the object `md5(name+cluster)` and keeps the
+/// logical name in `spec.name`; the endpoint Secret, project and zone say where to poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureDomainRecord {
+    pub namespace: String,
+    pub name: String,
+    pub spec_name: Option<String>,
+    /// The `cluster.x-k8s.io/cluster-name` label.
+    pub cluster_name: Option<String>,
+    pub secret_name: Option<String>,
+    pub secret_namespace: Option<String>,
+    pub project: Option<String>,
+    pub zone_id: Option<String>,
+}
+
+impl FailureDomainRecord {
+    pub fn from_json(v: &Value) -> Option<Self> {
+        let (namespace, name) = key_of(v)?;
+        Some(Self {
+            namespace,
+            name,
+            spec_name: owned_at(v, "/spec/name"),
+            cluster_name: v
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(well_known::CLUSTER_NAME_LABEL))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            secret_name: owned_at(v, "/spec/acsEndpoint/name"),
+            secret_namespace: owned_at(v, "/spec/acsEndpoint/namespace"),
+            project: owned_at(v, "/spec/project"),
+            zone_id: owned_at(v, "/spec/zone/id"),
+        })
+    }
+}
+
+/// A Cluster: only whether it is paused (`spec.paused` or the paused annotation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterRecord {
+    pub namespace: String,
+    pub name: String,
+    pub paused: bool,
+}
+
+impl ClusterRecord {
+    pub fn from_json(v: &Value) -> Option<Self> {
+        let (namespace, name) = key_of(v)?;
+        Some(Self {
+            namespace,
+            name,
+            paused: v
+                .pointer("/spec/paused")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+                || paused_by_annotation(v),
+        })
+    }
+}
+
+/// A MachineHealthCheck: which cluster, which Machines (its selector, kept as JSON: there are
+/// few of them and CAPI owns the selector's grammar), and whether it is paused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HealthCheckRecord {
+    pub namespace: String,
+    pub name: String,
+    pub cluster_name: Option<String>,
+    pub selector: Value,
+    pub paused: bool,
+}
+
+impl HealthCheckRecord {
+    pub fn from_json(v: &Value) -> Option<Self> {
+        let (namespace, name) = key_of(v)?;
+        Some(Self {
+            namespace,
+            name,
+            cluster_name: v
+                .pointer("/spec/clusterName")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            selector: v.pointer("/spec/selector").cloned().unwrap_or(Value::Null),
+            paused: paused_by_annotation(v),
+        })
+    }
+}
+
+/// Keys the store by namespace and name only (`DynamicType = ()`: a `DynamicObject` store
+/// keeps a copy of the API resource in every key). The resourceVersion and uid stay out of
+/// the key; the records that need them carry them.
+macro_rules! keyed_by_name {
+    ($record:ty, $kind:literal, $(.$ns:ident)+, $(.$name:ident)+) => {
+        impl Lookup for $record {
+            type DynamicType = ();
+            fn kind(_: &()) -> Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                "".into()
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                "".into()
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                "".into()
+            }
+            fn name(&self) -> Option<Cow<'_, str>> {
+                Some(Cow::Borrowed(self$(.$name)+.as_str()))
+            }
+            fn namespace(&self) -> Option<Cow<'_, str>> {
+                Some(Cow::Borrowed(self$(.$ns)+.as_str()))
+            }
+            fn resource_version(&self) -> Option<Cow<'_, str>> {
+                None
+            }
+            fn uid(&self) -> Option<Cow<'_, str>> {
+                None
+            }
+        }
+    };
+}
+
+keyed_by_name!(MachineRecord, "Machine", .view.namespace, .view.name);
+keyed_by_name!(CloudStackMachineRecord, "CloudStackMachine", .namespace, .name);
+keyed_by_name!(FailureDomainRecord, "CloudStackFailureDomain", .namespace, .name);
+keyed_by_name!(ClusterRecord, "Cluster", .namespace, .name);
+keyed_by_name!(HealthCheckRecord, "MachineHealthCheck", .namespace, .name);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::k8s::objects::well_known::{CLUSTER_NAME_LABEL, PAUSED};
+    use serde_json::json;
+
+    const OURS: &str = "CloudStackVMHealthy";
+
+    fn condition(type_: &str, status: &str) -> Value {
+        json!({"type": type_, "status": status, "reason": "R", "message": "m",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    #[test]
+    fn a_machine_record_reads_our_condition_from_the_served_layout() {
+        let m = json!({"metadata": {"name": "m1", "namespace": "ns1", "uid": "u1",
+                "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"clusterName": "c1", "infrastructureRef": {"kind": "CloudStackMachine", "name": "m1-csm"}},
+            "status": {"conditions": [condition("Ready", "False")],
+                "v1beta2": {"conditions": [condition("Available", "False"), condition(OURS, "False")]}}});
+        let read = |layout| {
+            MachineRecord::from_json(
+                &m,
+                &ConditionReader {
+                    layout,
+                    condition_type: OURS.into(),
+                },
+            )
+            .unwrap()
+        };
+        let v1beta1 = read(ConditionLayout::V1Beta1WithV1Beta2Conditions);
+        assert_eq!(v1beta1.view.name, "m1");
+        assert_eq!(
+            v1beta1.created,
+            Some("2026-01-01T00:00:00Z".parse().unwrap())
+        );
+        assert_eq!(
+            v1beta1.current.as_ref().map(|c| c.type_.as_str()),
+            Some(OURS)
+        );
+        // Under v1beta2, `status.conditions` is where ours would be, and it is not there.
+        assert_eq!(read(ConditionLayout::V1Beta2).current, None);
+        assert_eq!(
+            MachineRecord::from_json(
+                &json!({"metadata": {}}),
+                &ConditionReader {
+                    layout: ConditionLayout::V1Beta2,
+                    condition_type: OURS.into()
+                }
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn records_take_the_read_fields_and_tolerate_odd_shapes() {
+        let csm = CloudStackMachineRecord::from_json(&json!({"metadata": {"name": "x"},
+            "spec": {"instanceID": "ABC-1", "failureDomainName": "", "offering": {"name": "s"}},
+            "status": {"instanceState": 7, "instanceStateLastUpdated": "not a time"}}))
+        .unwrap();
+        assert_eq!(
+            csm,
+            CloudStackMachineRecord {
+                namespace: "default".into(),
+                name: "x".into(),
+                instance_id: Some("abc-1".into()),
+                failure_domain_name: None,
+                instance_state: None,
+                instance_state_since: None,
+            }
+        );
+        let fd =
+            FailureDomainRecord::from_json(&json!({"metadata": {"name": "hash", "namespace": "ns",
+                "labels": {CLUSTER_NAME_LABEL: "c1", "other": "x"}},
+            "spec": {"name": "fd1", "zone": {"id": "z1", "name": "zone-a"}, "project": "p1",
+                "acsEndpoint": {"name": "s1", "namespace": "capc-system"}}}))
+            .unwrap();
+        assert_eq!(
+            (fd.spec_name.as_deref(), fd.cluster_name.as_deref()),
+            (Some("fd1"), Some("c1"))
+        );
+        assert_eq!(
+            (fd.secret_namespace.as_deref(), fd.secret_name.as_deref()),
+            (Some("capc-system"), Some("s1"))
+        );
+        assert_eq!(
+            (fd.project.as_deref(), fd.zone_id.as_deref()),
+            (Some("p1"), Some("z1"))
+        );
+        for (cluster, paused) in [
+            (
+                json!({"metadata": {"name": "c"}, "spec": {"paused": true}}),
+                true,
+            ),
+            (
+                json!({"metadata": {"name": "c", "annotations": {PAUSED: ""}}}),
+                true,
+            ),
+            (
+                json!({"metadata": {"name": "c"}, "spec": {"paused": "yes"}}),
+                false,
+            ),
+        ] {
+            assert_eq!(ClusterRecord::from_json(&cluster).unwrap().paused, paused);
+        }
+        let mhc = HealthCheckRecord::from_json(&json!({"metadata": {"name": "h", "namespace": "ns"},
+            "spec": {"clusterName": "c1", "selector": {"matchLabels": {"a": "b"}}, "nodeStartupTimeout": "10m"}}))
+        .unwrap();
+        assert_eq!(mhc.selector, json!({"matchLabels": {"a": "b"}}));
+        assert!(!mhc.paused);
+        assert_eq!(ClusterRecord::from_json(&json!("garbage")), None);
+    }
+
+    #[test]
+    fn the_store_key_is_namespace_and_name() {
+        let c = ClusterRecord {
+            namespace: "ns".into(),
+            name: "c1".into(),
+            paused: false,
+        };
+        let key = c.to_object_ref(());
+        assert_eq!(
+            (key.namespace.as_deref(), key.name.as_str()),
+            (Some("ns"), "c1")
+        );
+    }
+}
