@@ -65,7 +65,8 @@ bench:
 ## (part three, benches/controller/: the release `capc-health-shim run` as a process against a fresh real
 ## etcd + kube-apiserver per size holding 1 000 / 5 000 / 10 000 Machines: CPU s per poll cycle, peak RSS,
 ## settle time, API writes per steady cycle, /status latency → target/bench/controller.json, merged into
-## report.json and section 4 of report.md; several minutes. It runs after `scale`, which rewrites the report.)
+## report.json and section 4 of report.md; several minutes. It runs after `scale`, which rewrites the report.
+## CAPC_BENCH_BASELINE_SHIM=<older binary> measures that one too, same run: this ÷ baseline ratios.)
 
 ## make soak: issue 6 "Load", not part of `make bench` (~20 min): 10 000 Machines for an hour of simulated
 ## time (120 poll cycles at 3 s for 30 s) with the shim reaching the kube-apiserver through a latency-injecting

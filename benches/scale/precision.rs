@@ -2,8 +2,10 @@
 //! heavy-tailed but healthy boots (Pareto-distributed `Starting` times up to 12 min, and for
 //! 30 % of them a Pareto-distributed slow-boot phase of trickling but rising traffic up to
 //! 20 min), two stats gaps (the collector misses a connected host for 8 and 3 min), one host
-//! offline for 6 min and back, a 3 min API outage, and 120 real faults (20 each of nic-down,
-//! error, stop, vanish, detach-nic, no-address) at random times on VMs of the other hosts.
+//! offline for 6 min and back, a host put into maintenance (every VM on it live-migrated away,
+//! 1–4 min each, `Migrating` with no stats meanwhile), 40 more single live migrations, a 3 min
+//! API outage, and 120 real faults (20 each of nic-down, error, stop, vanish, detach-nic,
+//! no-address) at random times on VMs of the other hosts.
 //! Counts: healthy VMs ever published `False` (false `False`) and faulted VMs never
 //! published `False` (missed faults). Simulated time, seeded RNG.
 //!
@@ -36,6 +38,9 @@ const MIN: i64 = 60_000;
 /// Hosts with benign incidents; no real fault is injected on their VMs.
 const OFFLINE_HOST: usize = 0;
 const GAP_HOSTS: [usize; 2] = [1, 2];
+/// The host whose VMs are all live-migrated away (maintenance), and more single migrations.
+const MAINTENANCE_HOST: usize = 3;
+const SINGLE_MIGRATIONS: usize = 40;
 const RUN_MS: i64 = 100 * MIN;
 
 #[derive(Debug, Clone, Default)]
@@ -48,6 +53,8 @@ pub struct PrecisionResult {
     pub false_false: usize,
     pub missed: usize,
     pub held: usize,
+    /// Live migrations that took place (the VM was Running when asked).
+    pub migrations: usize,
     /// Held VMs that the MHC timer recycled before the shim published `False`.
     pub recycled_by_mhc_timer: usize,
     /// Healthy VMs that were published with each reason other than `VMHealthy` at some poll
@@ -65,6 +72,8 @@ enum Event {
     HostControl(usize, HostControl),
     StatsPaused(usize, bool),
     ApiOutage(bool),
+    /// VM id, target host, seconds.
+    Migrate(String, usize, f64),
 }
 
 /// A Pareto(`scale`, `shape`) sample capped at `cap`.
@@ -91,8 +100,17 @@ fn plan(boots: &[f64]) -> FleetPlan {
     }
 }
 
-fn apply(fleet: &Fleet, e: &Event) -> Result<(), String> {
+/// Applies one event; `Ok(false)` for a migration of a VM that was not Running then (a VM
+/// still booting cannot be migrated, as in CloudStack).
+fn apply(fleet: &Fleet, e: &Event) -> Result<bool, String> {
     let err = |e: capc_health_shim::sim::WorldError| format!("{e:?}");
+    if let Event::Migrate(id, host, seconds) = e {
+        return match fleet.sim.migrate(id, *host, *seconds) {
+            Ok(()) => Ok(true),
+            Err(capc_health_shim::sim::WorldError::Conflict(_)) => Ok(false),
+            Err(e) => Err(err(e)),
+        };
+    }
     match e {
         Event::Fault(id, f) => fleet.sim.inject_fault(id, *f).map_err(err),
         Event::EndSlowBoot(id) => fleet.sim.clear_faults(id).map_err(err),
@@ -113,7 +131,9 @@ fn apply(fleet: &Fleet, e: &Event) -> Result<(), String> {
             });
             Ok(())
         }
+        Event::Migrate(..) => unreachable!("handled above"),
     }
+    .map(|()| true)
 }
 
 pub async fn measure(seed: u64) -> Result<PrecisionResult, String> {
@@ -156,10 +176,27 @@ pub async fn measure(seed: u64) -> Result<PrecisionResult, String> {
     events.push((t0 + 63 * MIN, Event::StatsPaused(GAP_HOSTS[1], false)));
     events.push((t0 + 70 * MIN, Event::ApiOutage(true)));
     events.push((t0 + 73 * MIN, Event::ApiOutage(false)));
+    // Hosts without incidents: where migrations go, and where real faults are injected.
+    let quiet_host =
+        |h: usize| h != OFFLINE_HOST && !GAP_HOSTS.contains(&h) && h != MAINTENANCE_HOST;
+    let quiet_hosts: Vec<usize> = (0..HOSTS).filter(|h| quiet_host(*h)).collect();
+    for (k, (id, _, _)) in fleet
+        .vms
+        .iter()
+        .filter(|(_, _, h)| *h == MAINTENANCE_HOST)
+        .enumerate()
+    {
+        let at = t0 + 25 * MIN + (k as i64 % 5) * MIN + rng.random_range(0..MIN);
+        let to = quiet_hosts[rng.random_range(0..quiet_hosts.len())];
+        events.push((
+            at,
+            Event::Migrate(id.clone(), to, rng.random_range(60.0..240.0)),
+        ));
+    }
     let mut candidates: Vec<&String> = fleet
         .vms
         .iter()
-        .filter(|(_, _, host)| *host != OFFLINE_HOST && !GAP_HOSTS.contains(host))
+        .filter(|(_, _, host)| quiet_host(*host))
         .map(|(id, _, _)| id)
         .collect();
     candidates.shuffle(&mut rng);
@@ -177,6 +214,18 @@ pub async fn measure(seed: u64) -> Result<PrecisionResult, String> {
         faulted.insert(id.clone(), at);
     }
     out.real_faults = faulted.len();
+    // Single migrations of healthy VMs (the faulted ones are not candidates: their fault
+    // must stay what is measured), at random times while faults are injected.
+    let mut healthy: Vec<&String> = candidates_left(&fleet, &faulted, &quiet_host);
+    healthy.shuffle(&mut rng);
+    for id in healthy.iter().take(SINGLE_MIGRATIONS) {
+        let at = t0 + 30 * MIN + rng.random_range(0..60 * MIN);
+        let to = quiet_hosts[rng.random_range(0..quiet_hosts.len())];
+        events.push((
+            at,
+            Event::Migrate((*id).clone(), to, rng.random_range(60.0..240.0)),
+        ));
+    }
     events.sort_by_key(|e| e.0);
 
     let mut checkers = fleet.checkers();
@@ -200,7 +249,9 @@ pub async fn measure(seed: u64) -> Result<PrecisionResult, String> {
             if *at > now {
                 fleet.sim.advance((*at - now) as f64 / 1000.0);
             }
-            apply(&fleet, e)?;
+            if apply(&fleet, e)? && matches!(e, Event::Migrate(..)) {
+                out.migrations += 1;
+            }
         }
         let now = fleet.sim.now_ms();
         fleet.sim.advance((poll_at - now) as f64 / 1000.0);
@@ -248,4 +299,18 @@ pub async fn measure(seed: u64) -> Result<PrecisionResult, String> {
     out.seconds_to_false = detected.into_values().collect();
     out.seconds_to_false.sort_by(f64::total_cmp);
     Ok(out)
+}
+
+/// VMs on quiet hosts that get no real fault.
+fn candidates_left<'a>(
+    fleet: &'a Fleet,
+    faulted: &BTreeMap<String, i64>,
+    quiet_host: &impl Fn(usize) -> bool,
+) -> Vec<&'a String> {
+    fleet
+        .vms
+        .iter()
+        .filter(|(id, _, h)| quiet_host(*h) && !faulted.contains_key(id))
+        .map(|(id, _, _)| id)
+        .collect()
 }

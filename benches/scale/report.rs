@@ -197,6 +197,7 @@ impl Report {
         self.set("precision_real_faults", p.real_faults as f64);
         self.set("precision_slow_boot_vms", p.slow_boots as f64);
         self.set("precision_remediation_held_vms", p.held as f64);
+        self.set("precision_live_migrations", p.migrations as f64);
         self.set(
             "precision_recycled_by_mhc_timer_after_hold",
             p.recycled_by_mhc_timer as f64,
@@ -216,8 +217,9 @@ impl Report {
             "## 3. Precision\n\n\
              {} VMs in {} scopes on {} hosts, {} simulated cycles of {SHIM_INTERVAL_SECS} s: Pareto boots \
              (longest {:.0} s in `Starting`), {} slow boots with trickling but rising traffic (longest \
-             {:.0} s), two stats gaps (8 and 3 min), one host offline for 6 min and back, a 3 min API \
-             outage, {} real faults (nic-down, error, stop, vanish, detach-nic, no-address). A Machine \
+             {:.0} s), two stats gaps (8 and 3 min), one host offline for 6 min and back, {} live \
+             migrations (`Migrating` 1–4 min, no stats meanwhile; one host's VMs all moved for its \
+             maintenance, the rest single), a 3 min API outage, {} real faults (nic-down, error, stop, vanish, detach-nic, no-address). A Machine \
              published `False` is recycled at once; one held by the mass-failure guard is recycled by \
              the MHC timer after 600 s and counts as missed.\n\n\
              | VMs | real faults | false `False` | missed faults | held by guard | of them recycled by the MHC timer | p50 s to False | p99 s to False |\n\
@@ -230,6 +232,7 @@ impl Report {
             p.max_boot_seconds,
             p.slow_boots,
             p.max_slow_boot_seconds,
+            p.migrations,
             p.real_faults,
             p.vms,
             p.real_faults,

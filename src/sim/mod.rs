@@ -213,6 +213,16 @@ impl Simulator {
         })
     }
 
+    /// Live-migrates a Running VM (by name or id) to host number `host` over `seconds`.
+    pub fn migrate(&self, vm: &str, host: usize, seconds: f64) -> Result<(), WorldError> {
+        self.with_world(|w| {
+            let i = w
+                .vm_index(vm)
+                .ok_or_else(|| WorldError::NotFound(format!("no VM with id or name {vm:?}")))?;
+            w.migrate_now(i, host, seconds)
+        })
+    }
+
     /// Clears a VM's injected faults now.
     pub fn clear_faults(&self, vm: &str) -> Result<(), WorldError> {
         self.with_world(|w| {

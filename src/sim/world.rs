@@ -412,6 +412,8 @@ pub struct Project {
 pub enum VmState {
     Starting,
     Running,
+    /// Live migration to another host: the guest keeps running, the stats collector skips it.
+    Migrating,
     Stopped,
     Error,
     Destroyed,
@@ -423,6 +425,7 @@ impl VmState {
         match s {
             "Starting" => Some(Self::Starting),
             "Running" => Some(Self::Running),
+            "Migrating" => Some(Self::Migrating),
             "Stopped" => Some(Self::Stopped),
             "Error" => Some(Self::Error),
             "Destroyed" => Some(Self::Destroyed),
@@ -434,6 +437,7 @@ impl VmState {
         match self {
             Self::Starting => "Starting",
             Self::Running => "Running",
+            Self::Migrating => "Migrating",
             Self::Stopped => "Stopped",
             Self::Error => "Error",
             Self::Destroyed => "Destroyed",
@@ -443,6 +447,7 @@ impl VmState {
     pub const NAMES: &'static [&'static str] = &[
         "Starting",
         "Running",
+        "Migrating",
         "Stopped",
         "Error",
         "Destroyed",
@@ -603,6 +608,8 @@ pub struct Vm {
     faults: u16,
     pub boot_ms: Ms,
     pub transition_at: Option<Ms>,
+    /// The host a migration in progress moves the VM to.
+    pub migration_target: Option<usize>,
     pub running_since: Option<Ms>,
     nic: Option<Nic>,
     seg_n: u64,
@@ -825,6 +832,12 @@ impl Vm {
                     self.removed = true;
                     self.processed_ms = t;
                     return true;
+                }
+                // The guest ran on throughout: counters continue from `running_since`.
+                VmState::Migrating => {
+                    self.set_state(VmState::Running, x);
+                    self.host = self.migration_target.take().unwrap_or(self.host);
+                    self.transition_at = None;
                 }
                 _ => self.transition_at = None,
             }
@@ -1495,6 +1508,7 @@ impl World {
             faults: 0,
             boot_ms: secs_to_ms(boot_s),
             transition_at: None,
+            migration_target: None,
             running_since: None,
             nic: Some(Nic {
                 id: new_uuid(),
@@ -1988,6 +2002,31 @@ impl World {
         }
     }
 
+    /// Starts a live migration of a Running VM to `host`, taking `seconds` (what
+    /// `migrateVirtualMachine` or a host entering maintenance does): `Migrating`, then
+    /// `Running` on the new host.
+    pub fn migrate_now(&mut self, idx: usize, host: usize, seconds: f64) -> Result<(), WorldError> {
+        let t = self.now_ms;
+        if host >= self.hosts.len() {
+            return Err(WorldError::NotFound(format!("no host #{host}")));
+        }
+        let vm = self
+            .vms
+            .get_mut(idx)
+            .ok_or_else(|| WorldError::NotFound(format!("no VM #{idx}")))?;
+        if vm.state != VmState::Running {
+            return Err(WorldError::Conflict(format!(
+                "VM {} is {}, not Running",
+                vm.name,
+                vm.state.as_str()
+            )));
+        }
+        vm.set_state(VmState::Migrating, t);
+        vm.migration_target = Some(host);
+        vm.transition_at = Some(t + (seconds * 1000.0).round().max(1.0) as Ms);
+        Ok(())
+    }
+
     /// Clears the injected faults of a VM at the current simulated time: NIC and address
     /// come back, the host goes back online, a stalled start proceeds. A VM that was stopped,
     /// put in Error or expunged stays so.
@@ -2042,7 +2081,9 @@ fn deploy_outcome(vm: &Vm) -> Option<JobStatus> {
     match vm.state {
         _ if vm.removed => Some(destroyed_before_start(vm, at_ms)),
         VmState::Starting => None,
-        VmState::Running | VmState::Stopped => Some(JobStatus::Succeeded { at_ms }),
+        VmState::Running | VmState::Migrating | VmState::Stopped => {
+            Some(JobStatus::Succeeded { at_ms })
+        }
         VmState::Error => Some(JobStatus::Failed {
             at_ms,
             code: 533,
@@ -2153,6 +2194,35 @@ mod tests {
         assert_eq!(w.hosts[0].control, HostControl::Enabled);
         w.advance_to(T0 + 320_000);
         assert!(w.vm(a).unwrap().last_sample.unwrap().tx_kib > before.unwrap().tx_kib);
+    }
+
+    #[test]
+    fn a_migration_moves_the_vm_and_its_counters_carry_on() {
+        let mut w = world();
+        w.add_host("host-extra", None, None, HostControl::Enabled)
+            .unwrap();
+        let a = w.add_vm(&VmSpec::new("a")).unwrap();
+        let from = w.vm(a).unwrap().host;
+        let to = (0..w.hosts.len()).find(|h| *h != from).unwrap();
+        assert!(matches!(
+            w.migrate_now(a, to, 30.0),
+            Err(WorldError::Conflict(_))
+        ));
+        w.advance_to(T0 + 60_000);
+        let before = w.vm(a).unwrap().last_sample.unwrap();
+        w.migrate_now(a, to, 30.0).unwrap();
+        w.advance_to(T0 + 85_000);
+        let vm = w.vm(a).unwrap();
+        assert_eq!((vm.state, vm.host), (VmState::Migrating, from));
+        assert_eq!(vm.last_sample, Some(before), "no samples while migrating");
+        w.advance_to(T0 + 120_000);
+        let vm = w.vm(a).unwrap();
+        assert_eq!((vm.state, vm.host), (VmState::Running, to));
+        assert!(vm.last_sample.unwrap().tx_kib > before.tx_kib);
+        assert!(matches!(
+            w.migrate_now(a, 99, 30.0),
+            Err(WorldError::NotFound(_))
+        ));
     }
 
     #[test]
