@@ -151,8 +151,8 @@ impl Fleet {
     }
 
     /// The shim's checker for one scope, tracking that scope's VMs (as the controller tracks
-    /// the instance ids of its Machines), at default graces and the default guard.
-    pub fn checker(&self, scope: usize) -> Checker {
+    /// the instance ids of its Machines), at `graces` and the default guard.
+    pub fn checker(&self, scope: usize, graces: &Graces) -> Checker {
         let s = &self.scopes[scope];
         Checker::new(
             self.client(),
@@ -161,14 +161,21 @@ impl Fleet {
                 ..Default::default()
             },
             &s.vm_ids,
-            Graces::default(),
+            graces.clone(),
             MassFailureGuard::default(),
             UsageHistoryMode::Auto,
         )
     }
 
+    /// One checker per scope at the default graces.
     pub fn checkers(&self) -> Vec<Checker> {
-        (0..self.scopes.len()).map(|s| self.checker(s)).collect()
+        self.checkers_with(&Graces::default())
+    }
+
+    pub fn checkers_with(&self, graces: &Graces) -> Vec<Checker> {
+        (0..self.scopes.len())
+            .map(|s| self.checker(s, graces))
+            .collect()
     }
 
     /// Total API calls the simulator has answered.

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use capc_health_shim::sim::{ApiFaults, Fault, HostControl, VmState};
-use capc_health_shim::verdict::{reason, Status};
+use capc_health_shim::verdict::{reason, Graces, Status};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -136,7 +136,7 @@ fn apply(fleet: &Fleet, e: &Event) -> Result<bool, String> {
     .map(|()| true)
 }
 
-pub async fn measure(seed: u64) -> Result<PrecisionResult, String> {
+pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let boots: Vec<f64> = (0..VMS)
         .map(|_| pareto(&mut rng, 20.0, 1.5, 720.0))
@@ -228,7 +228,7 @@ pub async fn measure(seed: u64) -> Result<PrecisionResult, String> {
     }
     events.sort_by_key(|e| e.0);
 
-    let mut checkers = fleet.checkers();
+    let mut checkers = fleet.checkers_with(graces);
     let step_ms = SHIM_INTERVAL_SECS * 1000;
     let mut pending = events.iter().peekable();
     let mut detected: BTreeMap<String, f64> = BTreeMap::new();

@@ -122,9 +122,23 @@ fn advance_to(fleet: &Fleet, at_ms: i64) {
     }
 }
 
-pub async fn measure(fault: Fault, seed: u64) -> Result<KindResult, String> {
+/// Graces short enough for issue 7's goal (p99 under 20 % of MHC's 600 s) wherever the
+/// 60 s stats interval allows it: one flat sample instead of three, a minute instead of 2, 5
+/// and 10 for a missing NIC, a missing address and an unreachable host. Not the defaults:
+/// measured so that what the defaults buy (section 3 at these graces) is a number.
+pub fn goal_graces() -> Graces {
+    Graces {
+        silent_samples: 1,
+        nic_detached: SignedDuration::from_secs(60),
+        nic_no_address: SignedDuration::from_secs(60),
+        host_unreachable: SignedDuration::from_secs(60),
+        ..Graces::default()
+    }
+}
+
+pub async fn measure(fault: Fault, seed: u64, graces: &Graces) -> Result<KindResult, String> {
     let fleet = Fleet::start(&plan()).await?;
-    let mut checkers = fleet.checkers();
+    let mut checkers = fleet.checkers_with(graces);
     let step_ms = SHIM_INTERVAL_SECS * 1000;
     for _ in 0..WARMUP_CYCLES {
         fleet.sim.advance(SHIM_INTERVAL_SECS as f64);
@@ -171,7 +185,7 @@ pub async fn measure(fault: Fault, seed: u64) -> Result<KindResult, String> {
         fault,
         injected: injections.len(),
         seconds_to_false: seconds,
-        floor_seconds: floor_seconds(fault, &Graces::default()),
+        floor_seconds: floor_seconds(fault, graces),
         false_false: false_false.len(),
         held: held.len(),
     })
