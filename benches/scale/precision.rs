@@ -104,36 +104,26 @@ fn plan(boots: &[f64]) -> FleetPlan {
 /// still booting cannot be migrated, as in CloudStack).
 fn apply(fleet: &Fleet, e: &Event) -> Result<bool, String> {
     let err = |e: capc_health_shim::sim::WorldError| format!("{e:?}");
-    if let Event::Migrate(id, host, seconds) = e {
-        return match fleet.sim.migrate(id, *host, *seconds) {
-            Ok(()) => Ok(true),
-            Err(capc_health_shim::sim::WorldError::Conflict(_)) => Ok(false),
-            Err(e) => Err(err(e)),
-        };
-    }
     match e {
-        Event::Fault(id, f) => fleet.sim.inject_fault(id, *f).map_err(err),
-        Event::EndSlowBoot(id) => fleet.sim.clear_faults(id).map_err(err),
-        Event::HostControl(h, c) => {
-            fleet.sim.with_world(|w| w.hosts[*h].control = *c);
-            Ok(())
+        Event::Fault(id, f) => fleet.sim.inject_fault(id, *f).map_err(err)?,
+        Event::EndSlowBoot(id) => fleet.sim.clear_faults(id).map_err(err)?,
+        Event::HostControl(h, c) => fleet.sim.with_world(|w| w.hosts[*h].control = *c),
+        Event::StatsPaused(h, p) => fleet
+            .sim
+            .with_world(|w| w.hosts[*h].stats_collection_paused = *p),
+        Event::ApiOutage(on) => fleet.sim.set_api_faults(ApiFaults {
+            outage: *on,
+            ..Default::default()
+        }),
+        Event::Migrate(id, host, seconds) => {
+            return match fleet.sim.migrate(id, *host, *seconds) {
+                Ok(()) => Ok(true),
+                Err(capc_health_shim::sim::WorldError::Conflict(_)) => Ok(false),
+                Err(e) => Err(err(e)),
+            }
         }
-        Event::StatsPaused(h, p) => {
-            fleet
-                .sim
-                .with_world(|w| w.hosts[*h].stats_collection_paused = *p);
-            Ok(())
-        }
-        Event::ApiOutage(on) => {
-            fleet.sim.set_api_faults(ApiFaults {
-                outage: *on,
-                ..Default::default()
-            });
-            Ok(())
-        }
-        Event::Migrate(..) => unreachable!("handled above"),
     }
-    .map(|()| true)
+    Ok(true)
 }
 
 pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, String> {
@@ -216,7 +206,12 @@ pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, Stri
     out.real_faults = faulted.len();
     // Single migrations of healthy VMs (the faulted ones are not candidates: their fault
     // must stay what is measured), at random times while faults are injected.
-    let mut healthy: Vec<&String> = candidates_left(&fleet, &faulted, &quiet_host);
+    let mut healthy: Vec<&String> = fleet
+        .vms
+        .iter()
+        .filter(|(id, _, h)| quiet_host(*h) && !faulted.contains_key(id))
+        .map(|(id, _, _)| id)
+        .collect();
     healthy.shuffle(&mut rng);
     for id in healthy.iter().take(SINGLE_MIGRATIONS) {
         let at = t0 + 30 * MIN + rng.random_range(0..60 * MIN);
@@ -299,18 +294,4 @@ pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, Stri
     out.seconds_to_false = detected.into_values().collect();
     out.seconds_to_false.sort_by(f64::total_cmp);
     Ok(out)
-}
-
-/// VMs on quiet hosts that get no real fault.
-fn candidates_left<'a>(
-    fleet: &'a Fleet,
-    faulted: &BTreeMap<String, i64>,
-    quiet_host: &impl Fn(usize) -> bool,
-) -> Vec<&'a String> {
-    fleet
-        .vms
-        .iter()
-        .filter(|(id, _, h)| quiet_host(*h) && !faulted.contains_key(id))
-        .map(|(id, _, _)| id)
-        .collect()
 }

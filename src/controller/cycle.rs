@@ -449,7 +449,9 @@ impl Controller {
                 ))
             })
             .collect();
-        let mut writes = self.write_conditions(&targets, &nexts).await;
+        for (t, next, outcome) in self.write_conditions(&targets, &nexts).await {
+            self.record_write(t, next, outcome, now, &mut summary);
+        }
         for (i, (t, next)) in targets.iter().zip(nexts).enumerate() {
             let mut report = MachineReport {
                 namespace: t.machine.namespace.clone(),
@@ -491,9 +493,6 @@ impl Controller {
                 _ => {}
             }
             if let Some(published) = next {
-                if let Some(result) = writes[i].take() {
-                    self.record_write(t, &published, result, now, &mut summary);
-                }
                 report.verdict = Some(published.status);
                 report.reason = Some(published.reason.clone());
                 report.message = Some(published.message.clone());
@@ -582,12 +581,12 @@ impl Controller {
 
     /// Writes every changed condition, [`RunArgs::max_concurrent_writes`] at a time (a cold
     /// start has one to write per Machine), each followed by its Event when the status
-    /// changed. Index → outcome; `None` where nothing changed.
-    async fn write_conditions(
+    /// changed. Each written target with its condition and the outcome, in target order.
+    async fn write_conditions<'a>(
         &self,
-        targets: &[Target],
-        nexts: &[Option<ConditionState>],
-    ) -> Vec<Option<Result<(), String>>> {
+        targets: &'a [Target],
+        nexts: &'a [Option<ConditionState>],
+    ) -> Vec<(&'a Target, &'a ConditionState, Result<(), String>)> {
         let changed = targets
             .iter()
             .zip(nexts)
@@ -596,16 +595,16 @@ impl Controller {
                 let next = next.as_ref()?;
                 (!is_unchanged(t.current.as_ref(), next)).then_some((i, t, next))
             });
-        let outcomes: Vec<(usize, Result<(), String>)> = stream::iter(changed)
+        let mut outcomes: Vec<(usize, Result<(), String>)> = stream::iter(changed)
             .map(|(i, t, next)| async move { (i, self.write_condition(t, next).await) })
             .buffer_unordered(usize::from(self.args.max_concurrent_writes))
             .collect()
             .await;
-        let mut out: Vec<Option<Result<(), String>>> = vec![None; targets.len()];
-        for (i, outcome) in outcomes {
-            out[i] = Some(outcome);
-        }
-        out
+        outcomes.sort_by_key(|(i, _)| *i);
+        outcomes
+            .into_iter()
+            .filter_map(|(i, outcome)| Some((&targets[i], nexts[i].as_ref()?, outcome)))
+            .collect()
     }
 
     async fn write_condition(&self, t: &Target, next: &ConditionState) -> Result<(), String> {
