@@ -7,7 +7,13 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
-COPY benches ./benches
+# the product's own crates
+COPY crates/cloudstack-api ./crates/cloudstack-api
+COPY crates/verdict ./crates/verdict
+# the dev-only workspace members: their manifests only (cargo resolves the whole workspace's
+# lock file; none of their code is compiled or copied)
+COPY crates/cloudstack-sim/Cargo.toml ./crates/cloudstack-sim/Cargo.toml
+COPY crates/test-support/Cargo.toml ./crates/test-support/Cargo.toml
 # the demo embeds the seed scenario (include_str!)
 COPY cloudstack-fixtures/scenarios ./cloudstack-fixtures/scenarios
 RUN cargo build --release --locked --bin capc-health-shim \

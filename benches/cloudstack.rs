@@ -14,10 +14,10 @@ use criterion::{BatchSize, Criterion};
 use capc_health_shim::cloudstack::model::VirtualMachine;
 use capc_health_shim::cloudstack::parse::{parse_list_page, Reply};
 use capc_health_shim::cloudstack::signing;
-use capc_health_shim::sim;
 use capc_health_shim::verdict::{
     evaluate, mark_paused_collections, Graces, MachineFacts, PollOutcome, VmHistory,
 };
+use cloudstack_sim as sim;
 use jiff::{SignedDuration, Timestamp};
 
 fn vm_json(i: usize) -> serde_json::Value {

@@ -12,8 +12,11 @@ use crate::cli::{parse_duration, to_std, GraceArgs};
 use crate::cloudstack::client::{ClientConfig, CloudStackClient, Credentials, VmListQuery};
 use crate::cloudstack::error::CloudStackError;
 use crate::scope::ScopeObserver;
-use crate::verdict::condition::{next_condition, ConditionState, DEFAULT_CONDITION_TYPE};
-use crate::verdict::{evaluate, Graces, MachineFacts, MassFailureGuard, ScopeMember, Status};
+use crate::verdict::condition::{ConditionState, DEFAULT_CONDITION_TYPE};
+use crate::verdict::{decide, Evidence, Graces, MachineFacts, MassFailureGuard, Status, Subject};
+
+/// `check` judges one scope: the mass-failure guard's one group.
+const SCOPE: &str = "check";
 
 /// Exit codes of `check` (and `demo`).
 pub mod exit {
@@ -216,35 +219,32 @@ impl Checker {
         );
     }
 
-    /// The verdicts at `now`, after the mass-failure guard, with stable transition times.
+    /// The verdicts at `now` from the decision pipeline the controller runs
+    /// ([`crate::verdict::decide`]: evaluate → mass-failure guard → condition), with stable
+    /// transition times. `check` sees VMs, not Machines: no Node, not deleting.
     pub fn verdicts(&mut self, now: Timestamp) -> Vec<VmReport> {
-        let facts = MachineFacts::default();
-        let ids: Vec<String> = self.observer.histories.keys().cloned().collect();
-        let mut members: Vec<ScopeMember> = ids
+        let mut ids: Vec<&String> = self.observer.histories.keys().collect();
+        ids.sort();
+        let subjects: Vec<Subject> = ids
             .iter()
-            .map(|id| {
-                let h = &self.observer.histories[id];
-                let prev = self.conditions.get(id);
-                ScopeMember {
-                    candidate: evaluate(h, &facts, &self.graces, now),
-                    false_since: prev
-                        .filter(|c| c.status == Status::False)
-                        .map(|c| c.last_transition_time),
-                }
+            .map(|id| Subject {
+                scope: Some(SCOPE),
+                evidence: Evidence::Observed(&self.observer.histories[*id]),
+                facts: MachineFacts::default(),
+                published: self.conditions.get(*id),
             })
             .collect();
-        self.guard.apply(&mut members, now);
+        let decision = decide(&subjects, &self.graces, &self.guard, now);
+        let conditions = decision.conditions(&subjects, DEFAULT_CONDITION_TYPE, now);
         let mut out = Vec::with_capacity(ids.len());
-        for (id, member) in ids.iter().zip(members) {
-            let h = &self.observer.histories[id];
-            let condition = next_condition(
-                self.conditions.get(id),
-                DEFAULT_CONDITION_TYPE,
-                &member.candidate,
-                now,
-            );
+        let mut published = Vec::with_capacity(ids.len());
+        for ((id, verdict), condition) in ids.iter().zip(&decision.verdicts).zip(conditions) {
+            let (Some(verdict), Some(condition)) = (verdict, condition) else {
+                continue;
+            };
+            let h = &self.observer.histories[*id];
             out.push(VmReport {
-                vm_id: id.clone(),
+                vm_id: (*id).clone(),
                 name: h
                     .sighting
                     .as_ref()
@@ -259,10 +259,12 @@ impl Checker {
                 reason: condition.reason.clone(),
                 message: condition.message.clone(),
                 since: condition.last_transition_time,
-                next_change: member.candidate.next_change,
+                next_change: verdict.next_change,
             });
-            self.conditions.insert(id.clone(), condition);
+            published.push(((*id).clone(), condition));
         }
+        drop(subjects);
+        self.conditions.extend(published);
         out
     }
 

@@ -49,7 +49,7 @@ fn sim_binary(args: &DemoArgs) -> Result<PathBuf, String> {
         Ok(sim)
     } else {
         Err(format!(
-            "{} not found; build it first (`cargo build --bins`) or pass --sim-binary",
+            "{} not found; build it first (`cargo build -p cloudstack-sim`) or pass --sim-binary",
             sim.display()
         ))
     }

@@ -2,21 +2,23 @@
 //! turns that evidence into a tri-state verdict that CAPI's own remediation can act on.
 //!
 //! Layout:
-//! - [`cloudstack`]: signed API client, wire model and error taxonomy (I/O at the edge).
-//! - [`verdict`]: the pure verdict engine (observation history → True/False/Unknown).
+//! - [`cloudstack`]: the `cloudstack-api` crate: signed API client, wire model and error
+//!   taxonomy (I/O at the edge).
+//! - [`verdict`]: the `verdict` crate: pure decisions (history → verdict → guard → condition).
 //! - [`scope`]: one listing per scope per poll, matched to tracked VMs by id.
 //! - [`check`]: the one-shot `capc-health-shim check` command (client + engine, no Kubernetes).
-//! - [`k8s`]: the Kubernetes side (conversions now; the controller comes next).
+//! - [`k8s`]: the Kubernetes side's pure rules (Machine views, escalation, Lease hold).
+//! - [`controller`]: `capc-health-shim run`, the cycle in named phases and its Kubernetes I/O.
 //! - [`status`]: the `/status` document types the controller fills.
 //! - [`metrics`]: the Prometheus metrics (`capc_health_*`) and their OpenMetrics encoding.
 //! - [`http`]: the `/status`, `/metrics`, `/healthz` and `/readyz` endpoints (axum).
 //! - [`status_cmd`]: `capc-health-shim status --url URL`, a running shim's `/status` for humans.
 //! - [`docs_gen`]: the flags table of `docs/configuration.md`, generated from the clap definitions.
-//! - [`sim`]: `cloudstack-sim`, a CloudStack API simulator used by tests, the demo and benchmarks.
+//!
+//! The simulator (`crates/cloudstack-sim`) is not part of the product: `demo` runs its binary.
 
 pub mod check;
 pub mod cli;
-pub mod cloudstack;
 pub mod controller;
 pub mod demo;
 pub mod docs_gen;
@@ -24,7 +26,8 @@ pub mod http;
 pub mod k8s;
 pub mod metrics;
 pub mod scope;
-pub mod sim;
 pub mod status;
 pub mod status_cmd;
-pub mod verdict;
+
+pub use cloudstack_api as cloudstack;
+pub use verdict;

@@ -57,6 +57,14 @@ pub struct CallLabels {
     pub result: String,
 }
 
+/// A write to the API server: `kind` is `condition`, `annotation` or `event`; `result` is
+/// `ok` or a [`crate::controller::kube_error::KubeError::label`].
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub kind: String,
+    pub result: String,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
@@ -98,6 +106,8 @@ pub struct Metrics {
     rate_limit_wait: Counter<f64, AtomicU64>,
     time_to_verdict: HistogramFamily<ReasonLabels>,
     mass_failure_held: Family<ScopeLabels, Gauge>,
+    kube_writes: Family<WriteLabels, Counter>,
+    cycle_duration: Histogram,
     leader: Gauge,
     ready: Gauge,
 }
@@ -161,6 +171,18 @@ impl Metrics {
             "1 while the mass-failure guard holds new False verdicts of a scope",
             mass_failure_held.clone(),
         );
+        let kube_writes = Family::<WriteLabels, Counter>::default();
+        registry.register(
+            "kube_writes",
+            "Writes to the API server by kind (condition, annotation, event) and result (ok or the error kind)",
+            kube_writes.clone(),
+        );
+        let cycle_duration = poll_histogram();
+        registry.register(
+            "cycle_duration_seconds",
+            "Duration of one poll cycle (gather, poll, decide, act, report)",
+            cycle_duration.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -184,6 +206,8 @@ impl Metrics {
             rate_limit_wait,
             time_to_verdict,
             mass_failure_held,
+            kube_writes,
+            cycle_duration,
             leader,
             ready,
         }
@@ -276,6 +300,23 @@ impl Metrics {
             .set(i64::from(held));
     }
 
+    /// One write to the API server of `kind` that ended in `result` (`ok` or an error label).
+    pub fn record_write(&self, kind: &str, result: &str) {
+        self.kube_writes
+            .get_or_create(&WriteLabels {
+                kind: kind.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// How long one whole cycle took. Negative or non-finite durations are ignored.
+    pub fn observe_cycle(&self, seconds: f64) {
+        if usable(seconds) {
+            self.cycle_duration.observe(seconds);
+        }
+    }
+
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
     }
@@ -325,8 +366,12 @@ mod tests {
         m.record_calls("listVirtualMachines", "ok", 1);
         m.observe_time_to_false("VMError", 60.0);
         m.set_mass_failure_held("s", false);
+        m.record_write("condition", "ok");
+        m.observe_cycle(0.5);
         let text = m.encode();
         for name in [
+            "capc_health_kube_writes counter",
+            "capc_health_cycle_duration_seconds histogram",
             "capc_health_verdicts gauge",
             "capc_health_transitions counter",
             "capc_health_escalations counter",
@@ -355,6 +400,18 @@ mod tests {
         m.record_calls("listVirtualMachines", "timeout", 1);
         m.record_rate_limit_wait(1.5);
         m.record_rate_limit_wait(-4.0);
+        m.record_write("condition", "ok");
+        m.record_write("condition", "conflict");
+        m.record_write("annotation", "not_leader");
+        let writes = m.encode();
+        assert_line(
+            &writes,
+            r#"capc_health_kube_writes_total{kind="condition",result="conflict"} 1"#,
+        );
+        assert_line(
+            &writes,
+            r#"capc_health_kube_writes_total{kind="annotation",result="not_leader"} 1"#,
+        );
         m.record_rate_limit_wait(f64::NAN);
         m.set_leader(true);
         m.set_ready(true);

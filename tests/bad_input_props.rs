@@ -3,10 +3,8 @@
 //! scenario loader and the condition upsert — plus the regression tests of what fuzzing found.
 //!
 //! The properties themselves live in `fuzz/src/props.rs`, compiled here and into the fuzz
-//! targets (`make fuzz`), so proptest and libFuzzer check the same assertions. Its paths are
-//! `crate::cloudstack`, `crate::k8s`, … : the imports below provide them.
-
-use capc_health_shim::{cloudstack, k8s, sim, verdict};
+//! targets (`make fuzz`), so proptest and libFuzzer check the same assertions against the same
+//! crates (`cloudstack-api`, `verdict`, `cloudstack-sim`).
 
 #[path = "../fuzz/src/props.rs"]
 mod props;

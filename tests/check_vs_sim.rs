@@ -11,8 +11,8 @@ use capc_health_shim::check::{Checker, UsageHistoryMode, VmReport};
 use capc_health_shim::cloudstack::client::{
     ClientConfig, CloudStackClient, Credentials, VmListQuery,
 };
-use capc_health_shim::sim::{self, ApiFaults, SimServer, Simulator};
 use capc_health_shim::verdict::{reason, Graces, MassFailureGuard, Status};
+use cloudstack_sim::{self as sim, ApiFaults, SimServer, Simulator};
 use jiff::{SignedDuration, Timestamp};
 
 // The seed scenario's root admin.

@@ -113,7 +113,7 @@ fn start_sim() -> SimProcess {
     use std::io::{BufRead, BufReader};
     let scenario = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("cloudstack-fixtures/scenarios/seed.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cloudstack-sim"))
+    let mut child = Command::new(test_support::binaries::workspace_binary("cloudstack-sim"))
         .args(["--listen", "127.0.0.1:0", "--scenario"])
         .arg(scenario)
         .stdout(std::process::Stdio::piped())

@@ -3,7 +3,7 @@
 //! `verify-ssl: "false"` turns verification off.
 
 use capc_health_shim::cloudstack::client::{ClientConfig, CloudStackClient};
-use capc_health_shim::sim::{self, SimServer, Simulator, World};
+use cloudstack_sim::{self as sim, SimServer, Simulator, World};
 
 const KEY: &str = "tls-api-key";
 const SECRET: &str = "tls-secret-key";

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capc_health_shim::controller::cycle::{Controller, CycleSummary};
-use capc_health_shim::sim::{ApiFaults, Fault};
 use capc_health_shim::verdict::Status;
+use cloudstack_sim::{ApiFaults, Fault};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube_support::{ar, get, is, kube_client, merge_patch, Fixture, SIM_SECRET};
 use serde_json::{json, Value};
@@ -239,10 +239,9 @@ async fn capi_like_writer(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn a_conflicting_capi_writer_neither_loses_nor_loops() {
-    let Some(client) = kube_client().await else {
-        return;
-    };
+    let client = kube_client().await;
     let f = Fixture::new(client.clone(), &[("vm-c", "healthy", "Starting")]).await;
     f.machine("m-c", Some("vm-c"), false, "fd1").await;
     let (mut controller, _report) = f.controller(&[]).await;
@@ -376,16 +375,13 @@ fn kubeconfig_to(server: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn a_node_capi_has_not_linked_holds_the_verdict_at_unknown() {
-    let Some(client) = kube_client().await else {
-        return;
-    };
+    let client = kube_client().await;
     let f = Fixture::new(client.clone(), &[("vm-n", "nic-down", "Starting")]).await;
     // The workload cluster is the test API server itself; the Node is named like the Machine.
-    let kubeconfig = std::fs::read_to_string(
-        std::env::var("CAPC_HEALTH_TEST_KUBECONFIG").expect("set (kube_client)"),
-    )
-    .expect("kubeconfig readable");
+    let kubeconfig = std::fs::read_to_string(test_support::apiserver::kubeconfig_path())
+        .expect("kubeconfig readable");
     f.secret("c1-kubeconfig", &[("value", &kubeconfig)]).await;
     let name = format!("{}-unlinked", f.ns);
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
@@ -488,10 +484,9 @@ async fn a_node_capi_has_not_linked_holds_the_verdict_at_unknown() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn an_unreachable_workload_cluster_does_not_block_escalation() {
-    let Some(client) = kube_client().await else {
-        return;
-    };
+    let client = kube_client().await;
     let f = Fixture::new(client.clone(), &[("vm-n", "nic-down", "Starting")]).await;
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -547,10 +542,9 @@ async fn an_unreachable_workload_cluster_does_not_block_escalation() {
 // 3. Bad input: each gives Unknown with a reason on /status, never False.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn bad_input_gives_unknown_with_a_reason() {
-    let Some(client) = kube_client().await else {
-        return;
-    };
+    let client = kube_client().await;
     let f = Fixture::new(
         client.clone(),
         &[
@@ -683,10 +677,9 @@ async fn bad_input_gives_unknown_with_a_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn a_rotated_secret_key_is_picked_up_without_a_restart() {
-    let Some(client) = kube_client().await else {
-        return;
-    };
+    let client = kube_client().await;
     let f = Fixture::new(
         client.clone(),
         &[
@@ -764,10 +757,9 @@ async fn a_rotated_secret_key_is_picked_up_without_a_restart() {
 // 4. A CloudStack outage recycles nothing.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn an_api_outage_recycles_nothing() {
-    let Some(client) = kube_client().await else {
-        return;
-    };
+    let client = kube_client().await;
     let f = Fixture::new(
         client.clone(),
         &[
@@ -864,10 +856,9 @@ async fn an_api_outage_recycles_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn an_operator_named_secret_overrides_the_failure_domain_keys_for_its_endpoint() {
-    let Some(client) = kube_support::kube_client().await else {
-        return;
-    };
+    let client = kube_support::kube_client().await;
     let f = Fixture::new(client.clone(), &[("vm-error", "healthy", "Error")]).await;
     // The failure domain's own Secret carries a key CloudStack rejects (e.g. CAPC's key was
     // rotated away from the shim); the operator's read-only Secret has the right one.
@@ -910,10 +901,9 @@ async fn an_operator_named_secret_overrides_the_failure_domain_keys_for_its_endp
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn a_machine_without_its_cloudstack_machine_gets_no_verdict_but_a_reason() {
-    let Some(client) = kube_support::kube_client().await else {
-        return;
-    };
+    let client = kube_support::kube_client().await;
     let f = Fixture::new(client.clone(), &[("vm-ok", "healthy", "Starting")]).await;
     f.machine("m-ok", Some("vm-ok"), false, "fd1").await;
     f.machine("m-orphan", Some("vm-ok"), false, "fd1").await;

@@ -55,10 +55,9 @@ fn the_cluster_role_has_no_delete_verb_and_no_wildcards() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn the_controller_works_as_a_service_account_with_only_the_deploy_role() {
-    let Some(admin) = kube_client().await else {
-        return;
-    };
+    let admin = kube_client().await;
     let f = Fixture::new(
         admin.clone(),
         &[
@@ -117,8 +116,7 @@ async fn the_controller_works_as_a_service_account_with_only_the_deploy_role() {
     // Same server and CA as the admin kubeconfig, authenticated as the ServiceAccount.
     let mut cfg = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::from_yaml(
-            &std::fs::read_to_string(std::env::var("CAPC_HEALTH_TEST_KUBECONFIG").unwrap())
-                .unwrap(),
+            &std::fs::read_to_string(test_support::apiserver::kubeconfig_path()).unwrap(),
         )
         .unwrap(),
         &kube::config::KubeConfigOptions::default(),

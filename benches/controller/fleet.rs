@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use capc_health_shim::controller::kube_io::{self, Resources};
 use capc_health_shim::k8s::capi::{choose, ApiChoice, Mode};
-use capc_health_shim::sim::{self, SimServer, Simulator};
+use cloudstack_sim::{self as sim, SimServer, Simulator};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};

@@ -130,7 +130,7 @@ fn http() -> reqwest::Client {
 /// Everything one run needs: API server, simulator, objects, the bench's watch.
 struct Setup {
     kube: Kube,
-    sim_server: capc_health_shim::sim::SimServer,
+    sim_server: cloudstack_sim::SimServer,
     ids: Vec<String>,
     verdicts: std::sync::Arc<std::sync::Mutex<fleet::Verdicts>>,
     watch: tokio::task::JoinHandle<()>,

@@ -10,8 +10,8 @@ use capc_health_shim::check::{Checker, UsageHistoryMode, VmReport};
 use capc_health_shim::cloudstack::client::{
     ClientConfig, CloudStackClient, Credentials, VmListQuery,
 };
-use capc_health_shim::sim::{self, HostControl, SimServer, Simulator, VmSpec, VmState, World};
 use capc_health_shim::verdict::{Graces, MassFailureGuard};
+use cloudstack_sim::{self as sim, HostControl, SimServer, Simulator, VmSpec, VmState, World};
 use jiff::Timestamp;
 
 pub const API_KEY: &str = "bench-api-key";

@@ -17,8 +17,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use capc_health_shim::sim::{ApiFaults, Fault, HostControl, VmState};
 use capc_health_shim::verdict::{reason, Graces, Status};
+use cloudstack_sim::{ApiFaults, Fault, HostControl, VmState};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -103,7 +103,7 @@ fn plan(boots: &[f64]) -> FleetPlan {
 /// Applies one event; `Ok(false)` for a migration of a VM that was not Running then (a VM
 /// still booting cannot be migrated, as in CloudStack).
 fn apply(fleet: &Fleet, e: &Event) -> Result<bool, String> {
-    let err = |e: capc_health_shim::sim::WorldError| format!("{e:?}");
+    let err = |e: cloudstack_sim::WorldError| format!("{e:?}");
     match e {
         Event::Fault(id, f) => fleet.sim.inject_fault(id, *f).map_err(err)?,
         Event::EndSlowBoot(id) => fleet.sim.clear_faults(id).map_err(err)?,
@@ -118,7 +118,7 @@ fn apply(fleet: &Fleet, e: &Event) -> Result<bool, String> {
         Event::Migrate(id, host, seconds) => {
             return match fleet.sim.migrate(id, *host, *seconds) {
                 Ok(()) => Ok(true),
-                Err(capc_health_shim::sim::WorldError::Conflict(_)) => Ok(false),
+                Err(cloudstack_sim::WorldError::Conflict(_)) => Ok(false),
                 Err(e) => Err(err(e)),
             }
         }

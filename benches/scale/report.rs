@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use capc_health_shim::sim::Fault;
 use capc_health_shim::verdict::Graces;
+use cloudstack_sim::Fault;
 
 use crate::fleet::{ratio, SHIM_INTERVAL_SECS};
 use crate::load::{LoadRow, PAGE_SIZE, PER_MACHINE_INTERVAL_SECS};

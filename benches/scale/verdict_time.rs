@@ -9,8 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use capc_health_shim::sim::{Fault, VmState};
 use capc_health_shim::verdict::{reason, Graces, Status};
+use cloudstack_sim::{Fault, VmState};
 use jiff::SignedDuration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -1,4 +1,4 @@
-//! Fuzz target `cloudstack_parse`: the properties of [`shim_slice::props::parser`].
+//! Fuzz target `cloudstack_parse`: the properties of [`fuzz_props::props::parser`].
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| shim_slice::props::parser(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fuzz_props::props::parser(data));

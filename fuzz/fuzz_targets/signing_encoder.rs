@@ -1,4 +1,4 @@
-//! Fuzz target `signing_encoder`: the properties of [`shim_slice::props::signer`].
+//! Fuzz target `signing_encoder`: the properties of [`fuzz_props::props::signer`].
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| shim_slice::props::signer(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fuzz_props::props::signer(data));

@@ -1,4 +1,4 @@
-//! Fuzz target `sim_scenario`: the properties of [`shim_slice::props::scenario`].
+//! Fuzz target `sim_scenario`: the properties of [`fuzz_props::props::scenario`].
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| shim_slice::props::scenario(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fuzz_props::props::scenario(data));

@@ -2,36 +2,33 @@
 //! proptests (`tests/bad_input_props.rs`). Each entry point takes raw bytes, builds its input
 //! from them, runs the code under test and panics when a property does not hold.
 //!
-//! The paths are `crate::cloudstack`, `crate::k8s`, `crate::sim`, `crate::verdict`: the fuzz
-//! crate defines those modules from the library's own source files, the test crate imports
-//! them from `capc_health_shim` at its root.
+//! The code under test comes from the workspace's crates (`cloudstack-api`, `verdict`,
+//! `cloudstack-sim`), which both the fuzz crate and the product's tests depend on.
 
 use base64::Engine as _;
 use jiff::{tz::TimeZone, Timestamp};
 use serde_json::{json, Map, Value};
 
-use crate::cloudstack::error::{
+use cloudstack_api::error::{
     body_snippet, parse_page_size_max, parse_retry_after, parse_unknown_id, sanitize_text,
     CloudStackError, MAX_ERRORTEXT_CHARS, MAX_SNIPPET_CHARS,
 };
-use crate::cloudstack::model::{
+use cloudstack_api::model::{
     ApiInfo, CsTime, Host, HostControlState, Nic, UsageHistoryVm, VirtualMachine, VmState,
 };
-use crate::cloudstack::parse::{
+use cloudstack_api::parse::{
     parse_capabilities, parse_error_envelope, parse_list_page, parse_value, response_key, ListPage,
     Reply,
 };
-use crate::cloudstack::signing::{
+use cloudstack_api::signing::{
     canonical_string, encoded_query, java_url_encode, java_url_encode_into, sign, sign_canonical,
     signature_matches, signed_query,
 };
-use crate::k8s::capi::ConditionLayout;
-use crate::k8s::conditions::{apply_body, read};
-use crate::sim::scenario::parse_scenario;
-use crate::verdict::condition::{
-    is_unchanged, next_condition, whole_seconds, DEFAULT_CONDITION_TYPE,
-};
-use crate::verdict::{reason, ConditionState, Status, Verdict};
+use cloudstack_sim::scenario::parse_scenario;
+use verdict::capi::ConditionLayout;
+use verdict::condition::{is_unchanged, next_condition, whole_seconds, DEFAULT_CONDITION_TYPE};
+use verdict::machine_condition::{apply_body, read};
+use verdict::{reason, ConditionState, Status, Verdict};
 
 // ---------------------------------------------------------------------------------------------
 // A tiny, total reader of fuzz bytes (no `arbitrary` dependency, so the proptests can use it).

@@ -87,6 +87,11 @@ pub struct RunArgs {
     /// Client-side rate limit per scope client (endpoint × project × zone), requests per second; 0 turns it off.
     #[arg(long, env = "CAPC_HEALTH_RATE_LIMIT", default_value_t = 5.0)]
     pub rate_limit: f64,
+    /// Timeout of each call to the management cluster's API server: every write (condition,
+    /// annotation, Event), Secret read and Lease confirmation. A write must end this long before
+    /// the leader Lease could expire, or it is not sent.
+    #[arg(long, env = "CAPC_HEALTH_KUBE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub kube_timeout: SignedDuration,
     /// Condition writes (each with its Event) in flight at once; a cold start writes one per Machine.
     #[arg(long, env = "CAPC_HEALTH_MAX_CONCURRENT_WRITES", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub max_concurrent_writes: u16,

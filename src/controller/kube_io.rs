@@ -28,6 +28,8 @@ use crate::k8s::watched::{
 };
 use crate::verdict::ConditionState;
 
+use super::kube_error::{within, KubeError};
+
 const CAPI_GROUP: &str = "cluster.x-k8s.io";
 const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 
@@ -148,27 +150,77 @@ pub async fn discover(client: &Client) -> (ServedApis, Vec<String>) {
 /// to the tolerant readers that take its record.
 #[derive(Clone)]
 pub struct Stores {
-    pub machines: Store<MachineRecord>,
-    pub cloudstack_machines: Store<CloudStackMachineRecord>,
-    pub failure_domains: Store<FailureDomainRecord>,
-    pub clusters: Store<ClusterRecord>,
-    pub health_checks: Store<HealthCheckRecord>,
+    pub machines: Watched<MachineRecord>,
+    pub cloudstack_machines: Watched<CloudStackMachineRecord>,
+    pub failure_domains: Watched<FailureDomainRecord>,
+    pub clusters: Watched<ClusterRecord>,
+    pub health_checks: Watched<HealthCheckRecord>,
 }
 
-/// Watches `ar` and keeps, per object, the record `read` takes from its JSON.
+/// The records of one kind, from one watch per namespace of `--namespace` (or one watch of
+/// the whole cluster without it).
+#[derive(Clone)]
+pub struct Watched<R: Lookup<DynamicType = ()> + Clone + 'static> {
+    stores: Vec<Store<R>>,
+}
+
+impl<R> Watched<R>
+where
+    R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    /// Every record, over all watched namespaces.
+    pub fn state(&self) -> Vec<Arc<R>> {
+        match self.stores.as_slice() {
+            [one] => one.state(),
+            many => many.iter().flat_map(|s| s.state()).collect(),
+        }
+    }
+
+    async fn wait_until_ready(&self) {
+        for s in &self.stores {
+            let _ = s.wait_until_ready().await;
+        }
+    }
+}
+
+/// Watches `ar` in each of `namespaces` (all namespaces when empty) and keeps, per object, the
+/// record `read` takes from its JSON.
 fn watch<R>(
     client: &Client,
     ar: &ApiResource,
+    namespaces: &[String],
+    read: impl Fn(&Value) -> Option<R> + Clone + Send + 'static,
+) -> Watched<R>
+where
+    R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let apis: Vec<Api<DynamicObject>> = if namespaces.is_empty() {
+        vec![Api::all_with(client.clone(), ar)]
+    } else {
+        namespaces
+            .iter()
+            .map(|ns| Api::namespaced_with(client.clone(), ns, ar))
+            .collect()
+    };
+    Watched {
+        stores: apis
+            .into_iter()
+            .map(|api| watch_one(api, ar.kind.clone(), read.clone()))
+            .collect(),
+    }
+}
+
+fn watch_one<R>(
+    api: Api<DynamicObject>,
+    kind: String,
     read: impl Fn(&Value) -> Option<R> + Send + 'static,
 ) -> Store<R>
 where
     R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
     let mut writer = reflector::store::Writer::<R>::new(());
     let reader = writer.as_reader();
     let events = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
-    let kind = ar.kind.clone();
     tokio::spawn(async move {
         let mut events = std::pin::pin!(events);
         while let Some(event) = events.next().await {
@@ -205,20 +257,33 @@ fn record_event<R>(
 }
 
 impl Stores {
-    /// Starts the watches; `reader` says how to read our condition off a Machine.
-    pub fn start(client: &Client, r: &Resources, reader: ConditionReader) -> Self {
+    /// Starts the watches in `namespaces` (every namespace when empty: `--namespace` unset);
+    /// `reader` says how to read our condition off a Machine.
+    pub fn start(
+        client: &Client,
+        r: &Resources,
+        reader: ConditionReader,
+        namespaces: &[String],
+    ) -> Self {
+        let reader = Arc::new(reader);
         Self {
-            machines: watch(client, &r.machine, move |m| {
+            machines: watch(client, &r.machine, namespaces, move |m| {
                 MachineRecord::from_json(m, &reader)
             }),
             cloudstack_machines: watch(
                 client,
                 &r.cloudstack_machine,
+                namespaces,
                 CloudStackMachineRecord::from_json,
             ),
-            failure_domains: watch(client, &r.failure_domain, FailureDomainRecord::from_json),
-            clusters: watch(client, &r.cluster, ClusterRecord::from_json),
-            health_checks: watch(client, &r.mhc, HealthCheckRecord::from_json),
+            failure_domains: watch(
+                client,
+                &r.failure_domain,
+                namespaces,
+                FailureDomainRecord::from_json,
+            ),
+            clusters: watch(client, &r.cluster, namespaces, ClusterRecord::from_json),
+            health_checks: watch(client, &r.mhc, namespaces, HealthCheckRecord::from_json),
         }
     }
 
@@ -234,23 +299,23 @@ impl Stores {
     }
 }
 
-/// The data of a Secret as strings; errors name the Secret, never its content.
+/// The data of a Secret as strings, read within `timeout`; errors name the Secret, never its
+/// content.
 pub async fn secret_data(
     client: &Client,
     namespace: &str,
     name: &str,
-) -> Result<BTreeMap<String, String>, String> {
+    timeout: Duration,
+) -> Result<BTreeMap<String, String>, KubeError> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = api
-        .get_opt(name)
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot read Secret {namespace}/{name}: {}",
-                kube_error_summary(&e)
-            )
-        })?
-        .ok_or_else(|| format!("Secret {namespace}/{name} does not exist"))?;
+    let what = format!("Secret {namespace}/{name}");
+    let secret = within(timeout, what.clone(), async {
+        api.get_opt(name)
+            .await
+            .map_err(|e| KubeError::from_kube(what.clone(), &e))
+    })
+    .await?
+    .ok_or_else(|| KubeError::NotFound { what: what.clone() })?;
     let mut out = BTreeMap::new();
     for (k, v) in secret.data.unwrap_or_default() {
         out.insert(k, String::from_utf8_lossy(&v.0).into_owned());
@@ -269,51 +334,49 @@ pub fn kube_error_summary(e: &kube::Error) -> String {
     }
 }
 
-/// Server-side apply of our one condition entry on the Machine's status.
+/// Server-side apply of our one condition entry on the Machine's status, within `timeout`.
 pub async fn apply_condition(
     client: &Client,
     machine: &ApiResource,
     layout: ConditionLayout,
-    namespace: &str,
-    name: &str,
+    (namespace, name): (&str, &str),
     condition: &ConditionState,
-) -> Result<(), String> {
+    timeout: Duration,
+) -> Result<(), KubeError> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, machine);
     let body = apply_body(layout, namespace, name, condition);
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map(|_| ())
-    .map_err(|e| {
-        format!(
-            "cannot write the condition on Machine {namespace}/{name}: {}",
-            kube_error_summary(&e)
+    let what = format!("condition on Machine {namespace}/{name}");
+    within(timeout, what.clone(), async {
+        api.patch_status(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(body),
         )
+        .await
+        .map(|_| ())
+        .map_err(|e| KubeError::from_kube(what.clone(), &e))
     })
+    .await
 }
 
-/// Sets `cluster.x-k8s.io/remediate-machine` (a merge patch of that one key).
+/// Sets `cluster.x-k8s.io/remediate-machine` (a merge patch of that one key), within `timeout`.
 pub async fn annotate_for_remediation(
     client: &Client,
     machine: &ApiResource,
-    namespace: &str,
-    name: &str,
+    (namespace, name): (&str, &str),
     why: &str,
-) -> Result<(), String> {
+    timeout: Duration,
+) -> Result<(), KubeError> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, machine);
     let patch = json!({"metadata": {"annotations": {well_known::REMEDIATE_MACHINE: format!("capc-health-shim: {why}")}}});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "cannot annotate Machine {namespace}/{name}: {}",
-                kube_error_summary(&e)
-            )
-        })
+    let what = format!("annotation on Machine {namespace}/{name}");
+    within(timeout, what.clone(), async {
+        api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| KubeError::from_kube(what.clone(), &e))
+    })
+    .await
 }
 
 /// Publishes Events about Machines.
@@ -335,21 +398,20 @@ impl Events {
         }
     }
 
+    /// Publishes one Event about Machine `namespace/name`, within `timeout`.
     pub async fn publish(
         &self,
-        namespace: &str,
-        name: &str,
-        uid: Option<String>,
+        (namespace, name): (&str, &str),
         warning: bool,
         reason: &str,
         note: String,
-    ) {
+        timeout: Duration,
+    ) -> Result<(), KubeError> {
         let reference = ObjectReference {
             api_version: Some(self.machine.api_version.clone()),
             kind: Some("Machine".into()),
             namespace: Some(namespace.to_string()),
             name: Some(name.to_string()),
-            uid,
             ..Default::default()
         };
         let mut note = note;
@@ -371,9 +433,14 @@ impl Events {
             action: "HealthCheck".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(machine = %format!("{namespace}/{name}"), error = %kube_error_summary(&e), "cannot publish Event");
-        }
+        let what = format!("Event on Machine {namespace}/{name}");
+        within(timeout, what.clone(), async {
+            self.recorder
+                .publish(&event, &reference)
+                .await
+                .map_err(|e| KubeError::from_kube(what.clone(), &e))
+        })
+        .await
     }
 }
 
@@ -384,33 +451,36 @@ pub async fn workload_nodes(
     namespace: &str,
     cluster: &str,
     timeout: Duration,
-) -> Result<Vec<Value>, String> {
-    let data = secret_data(client, namespace, &format!("{cluster}-kubeconfig")).await?;
+) -> Result<Vec<Value>, KubeError> {
+    let secret = format!("{cluster}-kubeconfig");
+    let data = secret_data(client, namespace, &secret, timeout).await?;
+    let unusable = |message: String| KubeError::Unusable {
+        what: format!("workload kubeconfig of {namespace}/{cluster}"),
+        message,
+    };
     let raw = data
         .get("value")
-        .ok_or_else(|| format!("Secret {namespace}/{cluster}-kubeconfig has no key `value`"))?;
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(raw)
-        .map_err(|e| format!("workload kubeconfig of {cluster}: {e}"))?;
+        .ok_or_else(|| unusable(format!("Secret {namespace}/{secret} has no key `value`")))?;
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(raw).map_err(|e| unusable(e.to_string()))?;
     let mut config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),
     )
     .await
-    .map_err(|e| format!("workload kubeconfig of {cluster}: {e}"))?;
+    .map_err(|e| unusable(e.to_string()))?;
     config.connect_timeout = Some(timeout);
     config.read_timeout = Some(timeout);
-    let workload =
-        Client::try_from(config).map_err(|e| format!("workload client of {cluster}: {e}"))?;
+    let workload = Client::try_from(config).map_err(|e| unusable(e.to_string()))?;
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(workload);
-    let list = tokio::time::timeout(timeout, nodes.list(&ListParams::default()))
-        .await
-        .map_err(|_| {
-            format!(
-                "workload API of {cluster} did not answer within {}s",
-                timeout.as_secs()
-            )
-        })?
-        .map_err(|e| format!("workload API of {cluster}: {}", kube_error_summary(&e)))?;
+    let what = format!("Nodes of workload cluster {namespace}/{cluster}");
+    let list = within(timeout, what.clone(), async {
+        nodes
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| KubeError::from_kube(what.clone(), &e))
+    })
+    .await?;
     Ok(list
         .items
         .iter()

@@ -2,15 +2,25 @@
 //! hang off, polls CloudStack once per scope per interval, and publishes the verdicts on the
 //! Machines (condition; remediate annotation in annotate mode).
 //!
-//! - [`targets`]: watched objects → Machines to judge (pure).
 //! - [`config`]: the flags of `run`.
-//! - [`cycle`]: one poll cycle: credentials, listings, verdicts, writes, `/status`.
-//! - [`kube_io`]: discovery, watches and the writes to the API server.
 //! - [`run`]: wiring: HTTP side, discovery, watches, leader Lease, the poll loop, shutdown.
+//! - [`cycle`]: one poll cycle as phases: [`gather`] → [`poll`] → [`decide`] → [`act`] →
+//!   [`report`].
+//! - [`targets`]: watched objects → Machines to judge (pure).
+//! - [`leadership`]: the Lease confirmed before every write.
+//! - [`kube_io`]: discovery, watches and the writes to the API server; [`kube_error`]: their
+//!   typed errors.
 
+pub mod act;
 pub mod config;
 pub mod cycle;
+pub mod decide;
+pub mod gather;
+pub mod kube_error;
 pub mod kube_io;
+pub mod leadership;
+pub mod poll;
+pub mod report;
 pub mod run;
 pub mod targets;
 

@@ -14,9 +14,10 @@ use tokio::sync::{watch, RwLock};
 use super::config::RunArgs;
 use super::cycle::Controller;
 use super::kube_io::{self, Resources, Stores};
+use super::leadership::{LeaseGate, Refusal};
+use crate::cli::to_std;
 use crate::http::{self, HttpState};
 use crate::k8s::capi::{choose, ApiChoice};
-use crate::k8s::lease;
 use crate::k8s::watched::ConditionReader;
 use crate::metrics::Metrics;
 use crate::status::StatusReport;
@@ -30,6 +31,11 @@ pub mod exit {
     /// The served CAPI/CAPC versions changed (an upgrade): exit so the restart re-discovers.
     pub const APIS_CHANGED: u8 = 6;
 }
+
+/// The leader Lease: valid this long after each renewal, renewed this long before it runs out.
+/// Writes need `--kube-timeout` (+1 s) of it left, so renewing early keeps writes flowing.
+const LEASE_SECONDS: u64 = 15;
+const LEASE_RENEW_BEFORE_SECONDS: u64 = 7;
 
 /// How often discovery runs again while leading (CAPI upgrades flip served versions).
 const REDISCOVERY_EVERY: Duration = Duration::from_secs(600);
@@ -148,6 +154,7 @@ pub async fn main(args: RunArgs) -> u8 {
             layout: choice.layout,
             condition_type: args.condition_type.clone(),
         },
+        &args.namespaces,
     );
     if !stores.wait_until_ready(Duration::from_secs(120)).await {
         set_problem(&report, "watches did not sync within 120s".into()).await;
@@ -157,7 +164,7 @@ pub async fn main(args: RunArgs) -> u8 {
 
     // Leader election: only the leader polls and writes.
     let mut lease = None;
-    let mut lease_check: Option<(kube::Api<Lease>, String)> = None;
+    let mut gate = LeaseGate::unelected(to_std(args.kube_timeout));
     if !args.no_leader_election {
         let namespace = args
             .lease_namespace
@@ -169,16 +176,18 @@ pub async fn main(args: RunArgs) -> u8 {
             .unwrap_or_else(|| "default".to_string());
         let identity = std::env::var("HOSTNAME")
             .unwrap_or_else(|_| format!("capc-health-shim-{}", uuid::Uuid::new_v4()));
-        lease_check = Some((
+        gate = LeaseGate::leading(
             kube::Api::<Lease>::namespaced(client.clone(), namespace.trim()),
-            identity.clone(),
-        ));
+            &args.lease_name,
+            &identity,
+            to_std(args.kube_timeout),
+        );
         let manager =
             match kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &args.lease_name)
                 .with_namespace(namespace.trim())
                 .with_identity(identity)
-                .with_duration(15)
-                .with_grace(5)
+                .with_duration(LEASE_SECONDS)
+                .with_grace(LEASE_RENEW_BEFORE_SECONDS)
                 .build()
                 .await
             {
@@ -216,6 +225,7 @@ pub async fn main(args: RunArgs) -> u8 {
     metrics.set_ready(true);
     tracing::info!("leading: polling CloudStack and publishing verdicts");
 
+    let gate = Arc::new(gate);
     let mut controller = Controller::new(
         client.clone(),
         args.clone(),
@@ -224,43 +234,35 @@ pub async fn main(args: RunArgs) -> u8 {
         stores,
         report.clone(),
         metrics.clone(),
-    );
+    )
+    .leading_by(gate.clone());
     let interval = Duration::try_from(args.poll_interval).unwrap_or(Duration::from_secs(30));
     let mut code = exit::STOPPED;
     let mut last_discovery = std::time::Instant::now();
     loop {
-        let mut lost_lease = None;
-        let mut may_write = true;
-        if let Some((leases, identity)) = &lease_check {
-            match leases.get(&args.lease_name).await {
-                Ok(l) => match lease::hold(l.spec.as_ref(), identity, Timestamp::now()) {
-                    lease::Hold::Ours => {}
-                    lease::Hold::Expired(why) => {
-                        may_write = false;
-                        report.write().await.problems = vec![format!(
-                            "not writing until the leader Lease is renewed: {why}"
-                        )];
-                    }
-                    lease::Hold::Lost(why) => lost_lease = Some(why),
-                },
-                Err(e) => {
-                    // Writes would fail the same way; skip the cycle rather than act unconfirmed.
-                    may_write = false;
-                    report.write().await.problems = vec![format!(
-                        "cannot confirm the leader Lease: {}",
-                        kube_io::kube_error_summary(&e)
-                    )];
-                }
+        // Confirmed here once so a cut-off leader skips the whole cycle; the act phase confirms
+        // again before every write, since a cycle can outlast the Lease.
+        let lost = match gate.confirm().await {
+            Ok(()) => {
+                let summary = controller.cycle(Timestamp::now()).await;
+                tracing::debug!(?summary, "cycle done");
+                summary.lost_lease
             }
-        }
-        if let Some(why) = lost_lease {
-            tracing::error!(reason = %why, "no longer the leader; stopping writes and exiting");
+            Err(Refusal::Lost(why)) => {
+                tracing::error!(reason = %why, "the leader Lease is someone else's");
+                true
+            }
+            Err(Refusal::Unconfirmed(why)) => {
+                report.write().await.problems = vec![format!(
+                    "not writing until the leader Lease is confirmed: {why}"
+                )];
+                false
+            }
+        };
+        if lost {
+            tracing::error!("no longer the leader; stopping writes and exiting");
             code = exit::LOST_LEASE;
             break;
-        }
-        if may_write {
-            let summary = controller.cycle(Timestamp::now()).await;
-            tracing::debug!(?summary, "cycle done");
         }
         if last_discovery.elapsed() >= REDISCOVERY_EVERY {
             last_discovery = std::time::Instant::now();

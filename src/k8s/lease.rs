@@ -1,7 +1,8 @@
 //! Whether this replica may still write as the leader. The Lease library renews in the
 //! background and, while the API server is unreachable, only logs and retries: it never says
 //! the lock is gone. A leader cut off for longer than the Lease duration must not come back and
-//! write over its successor, so before every cycle the leader reads the Lease itself.
+//! write over its successor, so before every write the leader confirms the Lease itself
+//! ([`may_write`] over what it last read; read again when that no longer covers the write).
 //! (Holding it is what counts: taking a Lease changes its holder.)
 
 use jiff::{SignedDuration, Timestamp};
@@ -10,8 +11,8 @@ use k8s_openapi::api::coordination::v1::LeaseSpec;
 /// What the Lease says about this replica's leadership.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hold {
-    /// Ours and current: write.
-    Ours,
+    /// Ours and current until `expires` (renew time + duration): write until then.
+    Ours { expires: Timestamp },
     /// Still ours, but not renewed in time (the API server was out of reach). Nobody else has
     /// taken it — taking it changes the holder — but someone may be about to: write nothing
     /// until it is renewed.
@@ -41,7 +42,20 @@ pub fn hold(spec: Option<&LeaseSpec>, identity: &str, now: Timestamp) -> Hold {
             crate::verdict::at(expires)
         ));
     }
-    Hold::Ours
+    Hold::Ours { expires }
+}
+
+/// Whether a write started at `now` that may take up to `write_timeout` ends, with `margin` to
+/// spare for clock skew, before a hold confirmed until `expires` runs out. Another replica can
+/// take the Lease only after it expires, so a write that ends before that cannot overlap a
+/// successor's writes.
+pub fn may_write(
+    expires: Timestamp,
+    now: Timestamp,
+    write_timeout: SignedDuration,
+    margin: SignedDuration,
+) -> bool {
+    now + write_timeout + margin < expires
 }
 
 #[cfg(test)]
@@ -65,7 +79,20 @@ mod tests {
 
     #[test]
     fn a_fresh_lease_of_ours_lets_us_write() {
-        assert_eq!(hold(Some(&spec("shim-a", 0)), "shim-a", t(10)), Hold::Ours);
+        assert_eq!(
+            hold(Some(&spec("shim-a", 0)), "shim-a", t(10)),
+            Hold::Ours { expires: t(15) }
+        );
+    }
+
+    #[test]
+    fn a_write_must_end_before_the_hold_runs_out() {
+        let (timeout, margin) = (SignedDuration::from_secs(5), SignedDuration::from_secs(2));
+        // Expires at 15: a 5 s write with 2 s to spare may start until just before 8.
+        assert!(may_write(t(15), t(0), timeout, margin));
+        assert!(may_write(t(15), t(7), timeout, margin));
+        assert!(!may_write(t(15), t(8), timeout, margin));
+        assert!(!may_write(t(15), t(20), timeout, margin));
     }
 
     #[test]

@@ -13,9 +13,9 @@ use capc_health_shim::controller::RunArgs;
 use capc_health_shim::k8s::capi::{choose, ApiChoice, Mode};
 use capc_health_shim::k8s::watched::ConditionReader;
 use capc_health_shim::metrics::Metrics;
-use capc_health_shim::sim::{self, SimServer, Simulator};
 use capc_health_shim::status::StatusReport;
 use clap::Parser;
+use cloudstack_sim::{self as sim, SimServer, Simulator};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -40,32 +40,13 @@ pub fn run_args(args: &[&str]) -> RunArgs {
     Flags::parse_from(all).run
 }
 
-pub async fn client_from_kubeconfig(path: &str) -> Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let yaml = std::fs::read_to_string(path).expect("kubeconfig readable");
-    let kc = kube::config::Kubeconfig::from_yaml(&yaml).expect("kubeconfig parses");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .expect("kubeconfig usable");
-    Client::try_from(cfg).expect("client")
+/// The admin client of the test API server; fails the test (with what to run) without one.
+/// Tests that call it are `#[ignore = "needs a kube-apiserver …"]`: `make test` runs them.
+pub async fn kube_client() -> Client {
+    test_support::apiserver::client().await
 }
 
-/// The admin client of the test API server, or `None` (with a note) outside `make test`.
-pub async fn kube_client() -> Option<Client> {
-    let Ok(path) = std::env::var("CAPC_HEALTH_TEST_KUBECONFIG") else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CAPC_HEALTH_TEST_KUBECONFIG must point at the test API server in CI (make test starts it)"
-        );
-        eprintln!("skipped: CAPC_HEALTH_TEST_KUBECONFIG is not set (run `make test`)");
-        return None;
-    };
-    Some(client_from_kubeconfig(&path).await)
-}
-
-pub fn profile() -> String {
-    std::env::var("CAPC_HEALTH_TEST_PROFILE").unwrap_or_else(|_| "capi-1.9".into())
-}
+pub use test_support::apiserver::profile;
 
 pub fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
@@ -369,6 +350,7 @@ impl Fixture {
                 layout: self.choice.layout,
                 condition_type: run.condition_type.clone(),
             },
+            &run.namespaces,
         );
         assert!(
             stores.wait_until_ready(Duration::from_secs(30)).await,
@@ -402,6 +384,7 @@ impl Fixture {
                 layout: self.choice.layout,
                 condition_type: run.condition_type.clone(),
             },
+            &run.namespaces,
         );
         assert!(
             stores.wait_until_ready(Duration::from_secs(60)).await,

@@ -1,0 +1,180 @@
+//! What the client lists: the VM query and listing types, `listVirtualMachines` over id chunks
+//! and `listVirtualMachinesUsageHistory`.
+
+use std::collections::HashSet;
+
+use tracing::warn;
+
+use super::{CloudStackClient, IDS_PER_REQUEST};
+use crate::error::CloudStackError;
+use crate::model::{CsTime, UsageHistoryVm, VirtualMachine};
+use crate::parse::ItemFailure;
+
+/// Which VMs to list. All scoping fields are optional; `ids` are matched exactly
+/// (an id CloudStack never knew fails the whole request with 431 — prefer client-side matching).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VmListQuery {
+    /// Project UUID, or `-1` for all projects the caller can see.
+    pub project_id: Option<String>,
+    pub zone_id: Option<String>,
+    /// Account name (must be combined with `domain_id`).
+    pub account: Option<String>,
+    pub domain_id: Option<String>,
+    pub ids: Vec<String>,
+    /// Use `listVirtualMachinesMetrics` (CAPC's call) instead of `listVirtualMachines`.
+    pub use_metrics_api: bool,
+}
+
+/// The outcome of a paginated listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listing<T> {
+    /// Unique items (by id) in server order.
+    pub items: Vec<T>,
+    /// Items that could not be parsed; `index` is the row position across pages.
+    pub failures: Vec<ItemFailure>,
+    /// `true` only when every page was read, every item parsed and the rows add up to the
+    /// server's `count`. Only a complete listing proves that a VM is absent.
+    pub complete: bool,
+    /// Pages read.
+    pub pages: u32,
+    /// HTTP requests made (including retries).
+    pub calls: u32,
+    /// The largest `count` the server reported (when it reported one).
+    pub count: Option<u64>,
+}
+
+/// A `listVirtualMachines` result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmListing {
+    pub vms: Vec<VirtualMachine>,
+    pub failures: Vec<ItemFailure>,
+    /// See [`Listing::complete`]. An incomplete listing must not be used as evidence that a
+    /// VM is gone.
+    pub complete: bool,
+    pub pages: u32,
+    pub calls: u32,
+}
+
+impl CloudStackClient {
+    /// Lists the VMs of a scope (`listall=true`, `details=nics,stats`), all pages.
+    pub async fn list_virtual_machines(
+        &self,
+        query: &VmListQuery,
+    ) -> Result<VmListing, CloudStackError> {
+        let command = if query.use_metrics_api {
+            "listVirtualMachinesMetrics"
+        } else {
+            "listVirtualMachines"
+        };
+        let mut base: Vec<(&str, &str)> = vec![("listall", "true"), ("details", "nics,stats")];
+        if let Some(v) = &query.project_id {
+            base.push(("projectid", v));
+        }
+        if let Some(v) = &query.zone_id {
+            base.push(("zoneid", v));
+        }
+        if let Some(v) = &query.account {
+            base.push(("account", v));
+        }
+        if let Some(v) = &query.domain_id {
+            base.push(("domainid", v));
+        }
+        let chunks: Vec<String> = id_chunks(&query.ids, IDS_PER_REQUEST);
+        let mut out = VmListing {
+            vms: Vec::new(),
+            failures: Vec::new(),
+            complete: true,
+            pages: 0,
+            calls: 0,
+        };
+        let runs: Vec<Option<&str>> = if chunks.is_empty() {
+            vec![None]
+        } else {
+            chunks.iter().map(|c| Some(c.as_str())).collect()
+        };
+        let mut seen: HashSet<String> = HashSet::new();
+        for ids in runs {
+            let mut p = base.clone();
+            if let Some(ids) = ids {
+                p.push(("ids", ids));
+            }
+            let l: Listing<VirtualMachine> = self.list(command, "virtualmachine", &p).await?;
+            out.complete &= l.complete;
+            out.pages += l.pages;
+            out.calls += l.calls;
+            out.failures.extend(l.failures);
+            out.vms
+                .extend(l.items.into_iter().filter(|vm| seen.insert(vm.id.clone())));
+        }
+        Ok(out)
+    }
+
+    /// Stats samples of the given VMs (`listVirtualMachinesUsageHistory`, CloudStack 4.17+).
+    /// An older server or a role without the API gives [`CloudStackError::Unsupported`].
+    /// `start_date` limits the samples (sent as `yyyy-MM-dd HH:mm:ss`, UTC).
+    /// Unreadable items are skipped with a warning (usage history is only a liveness hint).
+    pub async fn list_usage_history(
+        &self,
+        ids: &[String],
+        start_date: Option<CsTime>,
+    ) -> Result<Vec<UsageHistoryVm>, CloudStackError> {
+        const COMMAND: &str = "listVirtualMachinesUsageHistory";
+        let chunk = IDS_PER_REQUEST.min(self.page_size() as usize).max(1);
+        let start = start_date.map(|t| t.0.strftime("%Y-%m-%d %H:%M:%S").to_string());
+        let mut out: Vec<UsageHistoryVm> = Vec::new();
+        for ids in id_chunks(ids, chunk) {
+            let mut p: Vec<(&str, &str)> = vec![("ids", &ids)];
+            if let Some(s) = &start {
+                p.push(("startdate", s));
+            }
+            let l: Listing<UsageHistoryVm> = self
+                .list_pages(COMMAND, "virtualmachine", &p, false)
+                .await
+                .map_err(|e| {
+                    if e.is_command_unavailable() {
+                        CloudStackError::Unsupported {
+                            command: COMMAND.to_string(),
+                            detail: e.detail().cloned().unwrap_or_default(),
+                        }
+                    } else {
+                        e
+                    }
+                })?;
+            if !l.failures.is_empty() {
+                warn!(
+                    command = COMMAND,
+                    failed = l.failures.len(),
+                    "skipping usage-history items that could not be read"
+                );
+            }
+            out.extend(l.items);
+        }
+        Ok(out)
+    }
+}
+
+/// Lower-cased, de-duplicated ids joined with commas, `per` ids per chunk.
+fn id_chunks(ids: &[String], per: usize) -> Vec<String> {
+    let mut seen = HashSet::new();
+    let clean: Vec<String> = ids
+        .iter()
+        .map(|i| i.trim().to_ascii_lowercase())
+        .filter(|i| !i.is_empty() && seen.insert(i.clone()))
+        .collect();
+    clean.chunks(per.max(1)).map(|c| c.join(",")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_chunked_lowercased_and_deduplicated() {
+        let ids: Vec<String> = ["A", "b", "a", " c ", ""]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(id_chunks(&ids, 2), vec!["a,b".to_string(), "c".to_string()]);
+        assert!(id_chunks(&[], 2).is_empty());
+    }
+}

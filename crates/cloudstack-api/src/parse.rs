@@ -1,0 +1,502 @@
+//! Pure response parsing: HTTP status + body in, typed page or typed error out. No I/O.
+//!
+//! Wire facts followed here (`cloudstack-api.md` §2.3, §5.1, §8):
+//! - a body is `{"<lowercase command>response": {...}}`; errors use the same wrapper or
+//!   `errorresponse` and look like `{uuidList, errorcode, cserrorcode?, errortext}`;
+//! - proxies rewrite CloudStack's non-standard statuses, so the JSON body decides, not the status;
+//! - an empty list is `{"<cmd>response": {}}` (no `count`, no array).
+//!
+//! Recorded fixtures add quirks that are accepted too: a camelCase wrapper (`listVirtualMachines`),
+//! any single top-level wrapper key, and a bare inner object.
+//!
+//! Items that do not parse are **reported, not dropped**: the controller treats "absent from a
+//! complete listing" as evidence that a VM is gone, so a listing with an unreadable item must
+//! say it is incomplete.
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize as _;
+use serde_json::{Map, Value};
+
+use super::error::{body_snippet, sanitize_text, CloudStackError, MAX_ERRORTEXT_CHARS};
+use super::model::Capabilities;
+
+/// One HTTP answer, as the parser sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Reply<'a> {
+    pub status: u16,
+    pub content_type: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
+impl<'a> Reply<'a> {
+    pub fn new(status: u16, content_type: Option<&'a str>, body: &'a [u8]) -> Self {
+        Self {
+            status,
+            content_type,
+            body,
+        }
+    }
+
+    /// A `200 application/json` answer.
+    pub fn json(body: &'a [u8]) -> Self {
+        Self::new(200, Some("application/json"), body)
+    }
+}
+
+/// A CloudStack error envelope, as found in the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorEnvelope {
+    /// `errorcode` (falls back to the HTTP status when the body has none).
+    pub errorcode: u16,
+    pub cserrorcode: Option<u32>,
+    pub errortext: Option<String>,
+    /// UUIDs from `uuidList` (`{uuid, description}` objects or plain strings).
+    pub uuids: Vec<String>,
+    /// The wrapper key the envelope came in (`errorresponse` = unknown/unavailable command).
+    pub wrapper: Option<String>,
+}
+
+impl ErrorEnvelope {
+    pub fn into_error(self) -> CloudStackError {
+        let unknown = self
+            .wrapper
+            .as_deref()
+            .is_some_and(|w| w.eq_ignore_ascii_case("errorresponse"));
+        CloudStackError::from_code(
+            self.errorcode,
+            self.cserrorcode,
+            self.errortext.as_deref(),
+            unknown,
+        )
+    }
+}
+
+/// An item of a list page that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemFailure {
+    /// Position in the page's item array.
+    pub index: usize,
+    /// The item's `id`, when it was readable.
+    pub id: Option<String>,
+    pub reason: String,
+}
+
+/// One page of a list API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListPage<T> {
+    /// `count` (total matching rows for most list APIs; items on this page for usage history).
+    /// Missing = 0.
+    pub count: u64,
+    /// Whether the page carried a `count` at all.
+    pub count_present: bool,
+    /// Items that parsed, in page order.
+    pub items: Vec<T>,
+    /// Items that did not parse.
+    pub failures: Vec<ItemFailure>,
+    /// Number of items on the page, parsed or not.
+    pub received: usize,
+}
+
+impl<T> ListPage<T> {
+    /// No item failed to parse.
+    pub fn is_clean(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// Reads the body as JSON; `NotJson` if it is not.
+fn body_json(reply: Reply<'_>) -> Result<Value, CloudStackError> {
+    let trimmed = trim_ascii(reply.body);
+    let looks_json = matches!(trimmed.first(), Some(b'{') | Some(b'['));
+    let parsed = if looks_json {
+        serde_json::from_slice::<Value>(trimmed).ok()
+    } else {
+        None
+    };
+    match parsed {
+        Some(v) => Ok(v),
+        None => {
+            if looks_json && is_json_content_type(reply.content_type) {
+                // claims JSON and starts like JSON but does not parse: truncated or corrupt
+                return Err(CloudStackError::Malformed {
+                    detail: format!(
+                        "HTTP {} body is declared JSON but does not parse, truncated or corrupt ({} bytes)",
+                        reply.status,
+                        reply.body.len()
+                    ),
+                });
+            }
+            Err(CloudStackError::NotJson {
+                status: reply.status,
+                content_type: reply
+                    .content_type
+                    .map(|c| sanitize_text(c, 80))
+                    .filter(|c| !c.is_empty()),
+                snippet: body_snippet(reply.body),
+            })
+        }
+    }
+}
+
+fn is_json_content_type(ct: Option<&str>) -> bool {
+    ct.is_some_and(|c| c.to_ascii_lowercase().contains("json"))
+}
+
+fn trim_ascii(b: &[u8]) -> &[u8] {
+    let start = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    let b = &b[start..end.max(start)];
+    // a UTF-8 byte-order mark before the JSON, maybe followed by whitespace
+    b.strip_prefix(&[0xEF, 0xBB, 0xBF][..])
+        .map_or(b, <[u8]>::trim_ascii_start)
+}
+
+/// The response name CloudStack uses for a command: `listvirtualmachinesresponse`.
+pub fn response_key(command: &str) -> String {
+    let mut k = command.to_ascii_lowercase();
+    k.push_str("response");
+    k
+}
+
+/// Finds the inner object: the `<cmd>response` wrapper, `errorresponse`, a camelCase wrapper,
+/// the only top-level key, or the body itself when it is already the inner object.
+/// Returns the wrapper key used (if any) and the inner object.
+pub fn unwrap_response<'v>(
+    command: &str,
+    item_key: Option<&str>,
+    value: &'v Value,
+) -> Result<(Option<&'v str>, &'v Map<String, Value>), CloudStackError> {
+    let Value::Object(top) = value else {
+        return Err(CloudStackError::malformed(format!(
+            "expected a JSON object for {command}, got {}",
+            json_type(value)
+        )));
+    };
+    let wanted = response_key(command);
+    let by_key = |pred: &dyn Fn(&str) -> bool| {
+        top.iter()
+            .find(|(k, v)| pred(k) && v.is_object())
+            .map(|(k, v)| (k.as_str(), v))
+    };
+    let found = by_key(&|k| k == wanted)
+        .or_else(|| by_key(&|k| k.eq_ignore_ascii_case(&wanted)))
+        .or_else(|| by_key(&|k| k == "errorresponse"))
+        .or_else(|| by_key(&|k| k.eq_ignore_ascii_case(command)))
+        .or_else(|| {
+            // the only top-level key wraps the body, unless it is the body's own item key
+            if top.len() == 1 {
+                let (k, v) = top.iter().next()?;
+                let is_item = item_key.is_some_and(|ik| k.eq_ignore_ascii_case(ik));
+                let is_field = is_envelope_field(k) || k == "count";
+                (!is_item && !is_field && v.is_object()).then_some((k.as_str(), v))
+            } else {
+                None
+            }
+        });
+    match found {
+        Some((k, Value::Object(inner))) => Ok((Some(k), inner)),
+        _ => Ok((None, top)),
+    }
+}
+
+fn is_envelope_field(k: &str) -> bool {
+    matches!(k, "errorcode" | "cserrorcode" | "errortext" | "uuidList")
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn lenient_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Reads the error envelope out of an inner object, if it is one.
+fn envelope_of(
+    status: u16,
+    wrapper: Option<&str>,
+    inner: &Map<String, Value>,
+) -> Option<ErrorEnvelope> {
+    let has_code = inner.contains_key("errorcode");
+    let has_text = inner.contains_key("errortext");
+    if !has_code && !has_text {
+        return None;
+    }
+    let errorcode = inner
+        .get("errorcode")
+        .and_then(lenient_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| *c >= 100)
+        .unwrap_or(if (200..300).contains(&status) {
+            // an envelope without a usable code inside a 2xx: treat as an internal error
+            530
+        } else {
+            status
+        });
+    let cserrorcode = inner
+        .get("cserrorcode")
+        .and_then(lenient_u64)
+        .and_then(|c| u32::try_from(c).ok())
+        .filter(|c| *c != 0);
+    let errortext = match inner.get("errortext") {
+        Some(Value::String(s)) => Some(sanitize_text(s, MAX_ERRORTEXT_CHARS)),
+        Some(Value::Null) | None => None,
+        Some(other) => Some(sanitize_text(&other.to_string(), MAX_ERRORTEXT_CHARS)),
+    };
+    let uuids = match inner.get("uuidList") {
+        Some(Value::Array(list)) => list
+            .iter()
+            .filter_map(|u| match u {
+                Value::String(s) => Some(s.clone()),
+                Value::Object(o) => o.get("uuid").and_then(Value::as_str).map(str::to_string),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Some(ErrorEnvelope {
+        errorcode,
+        cserrorcode,
+        errortext,
+        uuids,
+        wrapper: wrapper.map(str::to_string),
+    })
+}
+
+/// The error envelope of a reply, if the body is JSON carrying one (whatever the status).
+pub fn parse_error_envelope(command: &str, reply: Reply<'_>) -> Option<ErrorEnvelope> {
+    let value = body_json(reply).ok()?;
+    let (wrapper, inner) = unwrap_response(command, None, &value).ok()?;
+    envelope_of(reply.status, wrapper, inner)
+}
+
+/// Common front half: JSON, unwrap, error envelope, HTTP status. Returns the inner object.
+fn inner_object(
+    command: &str,
+    item_key: Option<&str>,
+    reply: Reply<'_>,
+    value: &Value,
+) -> Result<Map<String, Value>, CloudStackError> {
+    let (wrapper, inner) = unwrap_response(command, item_key, value)?;
+    if let Some(env) = envelope_of(reply.status, wrapper, inner) {
+        return Err(env.into_error());
+    }
+    if !(200..300).contains(&reply.status) {
+        // JSON without a CloudStack envelope on an error status (a gateway's JSON error)
+        return Err(CloudStackError::from_code(reply.status, None, None, false));
+    }
+    Ok(inner.clone())
+}
+
+/// The unwrapped body of any command as JSON (for [`crate::client::CloudStackClient::call`]).
+pub fn parse_value(command: &str, reply: Reply<'_>) -> Result<Value, CloudStackError> {
+    let value = body_json(reply)?;
+    inner_object(command, None, reply, &value).map(Value::Object)
+}
+
+/// Parses one page of a list API: `{"<cmd>response": {"count": N, "<item_key>": [...]}}`.
+pub fn parse_list_page<T: DeserializeOwned>(
+    command: &str,
+    item_key: &str,
+    reply: Reply<'_>,
+) -> Result<ListPage<T>, CloudStackError> {
+    let value = body_json(reply)?;
+    let inner = inner_object(command, Some(item_key), reply, &value)?;
+    let (count, count_present) = match inner.get("count") {
+        None | Some(Value::Null) => (0, false),
+        Some(v) => match lenient_u64(v) {
+            Some(n) => (n, true),
+            None => {
+                return Err(CloudStackError::malformed(format!(
+                    "{command}: `count` is {}, not a number",
+                    json_type(v)
+                )))
+            }
+        },
+    };
+    let raw_items: Vec<&Value> = match inner.get(item_key) {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.iter().collect(),
+        Some(obj @ Value::Object(_)) => vec![obj],
+        Some(other) => {
+            return Err(CloudStackError::malformed(format!(
+                "{command}: `{item_key}` is {}, expected an array",
+                json_type(other)
+            )))
+        }
+    };
+    let mut items = Vec::with_capacity(raw_items.len());
+    let mut failures = Vec::new();
+    for (index, raw) in raw_items.iter().enumerate() {
+        match T::deserialize(*raw) {
+            Ok(item) => items.push(item),
+            Err(e) => failures.push(ItemFailure {
+                index,
+                id: raw
+                    .get("id")
+                    .and_then(|v| match v {
+                        Value::String(s) => Some(s.clone()),
+                        Value::Number(n) => Some(n.to_string()),
+                        _ => None,
+                    })
+                    .map(|s| sanitize_text(&s, 80)),
+                reason: sanitize_text(&e.to_string(), 200),
+            }),
+        }
+    }
+    Ok(ListPage {
+        count,
+        count_present,
+        received: raw_items.len(),
+        items,
+        failures,
+    })
+}
+
+/// Parses `listCapabilities`: `{"listcapabilitiesresponse": {"capability": {...}}}`.
+pub fn parse_capabilities(reply: Reply<'_>) -> Result<Capabilities, CloudStackError> {
+    let value = body_json(reply)?;
+    let inner = inner_object("listCapabilities", Some("capability"), reply, &value)?;
+    let cap = match inner.get("capability") {
+        Some(c @ Value::Object(_)) => c.clone(),
+        // a bare capability object
+        None if inner.contains_key("cloudstackversion") => Value::Object(inner),
+        Some(other) => {
+            return Err(CloudStackError::malformed(format!(
+                "listCapabilities: `capability` is {}, expected an object",
+                json_type(other)
+            )))
+        }
+        None => {
+            return Err(CloudStackError::malformed(
+                "listCapabilities: no `capability` object in the response",
+            ))
+        }
+    };
+    Capabilities::deserialize(&cap)
+        .map_err(|e| CloudStackError::malformed(format!("listCapabilities: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{VirtualMachine, VmState};
+
+    fn page(body: &str) -> Result<ListPage<VirtualMachine>, CloudStackError> {
+        parse_list_page(
+            "listVirtualMachines",
+            "virtualmachine",
+            Reply::json(body.as_bytes()),
+        )
+    }
+
+    #[test]
+    fn empty_list_is_empty_and_complete() {
+        let p = page(r#"{"listvirtualmachinesresponse":{}}"#).unwrap();
+        assert_eq!((p.count, p.count_present, p.received), (0, false, 0));
+        assert!(p.items.is_empty() && p.is_clean());
+    }
+
+    #[test]
+    fn bad_item_is_reported_not_dropped() {
+        let p = page(
+            r#"{"listvirtualmachinesresponse":{"count":3,"virtualmachine":[
+            {"id":"a","state":"Running"},{"id":"b"},{"state":"Running"}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(p.items.len(), 1);
+        assert_eq!(p.items[0].state, VmState::Running);
+        assert_eq!(p.received, 3);
+        assert_eq!(p.failures.len(), 2);
+        assert_eq!(p.failures[0].index, 1);
+        assert_eq!(p.failures[0].id.as_deref(), Some("b"));
+        assert!(
+            p.failures[0].reason.contains("state"),
+            "{:?}",
+            p.failures[0]
+        );
+        assert_eq!(p.failures[1].id, None);
+    }
+
+    #[test]
+    fn error_envelope_wins_over_a_200_status() {
+        let e = page(r#"{"listvirtualmachinesresponse":{"uuidList":[],"errorcode":431,"cserrorcode":4350,"errortext":"Page size can't exceed max allowed page size value: 100"}}"#)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            CloudStackError::InvalidParameter {
+                page_size_max: Some(100),
+                unknown_id: None,
+                detail: crate::error::ErrorDetail::new(
+                    Some(4350),
+                    Some("Page size can't exceed max allowed page size value: 100")
+                ),
+            }
+        );
+    }
+
+    #[test]
+    fn json_without_envelope_on_error_status_maps_the_status() {
+        let r = Reply::new(
+            503,
+            Some("application/json"),
+            br#"{"message":"upstream down"}"#,
+        );
+        let e = parse_list_page::<VirtualMachine>("listVirtualMachines", "virtualmachine", r)
+            .unwrap_err();
+        assert_eq!(e.kind(), "server_error");
+        assert_eq!(e.code(), Some(503));
+    }
+
+    #[test]
+    fn non_json_is_not_json() {
+        let r = Reply::new(200, Some("text/html"), b"<html><body>Login</body></html>");
+        let e = parse_value("listApis", r).unwrap_err();
+        assert!(
+            matches!(e, CloudStackError::NotJson { status: 200, ref snippet, .. } if snippet == "Login")
+        );
+        let r = Reply::new(200, Some("application/json"), b"{\"listapisresponse\":{");
+        assert_eq!(parse_value("listApis", r).unwrap_err().kind(), "malformed");
+        let r = Reply::new(200, None, b"");
+        assert_eq!(parse_value("listApis", r).unwrap_err().kind(), "not_json");
+    }
+
+    #[test]
+    fn wrappers_are_found() {
+        // camelCase wrapper, bare inner, single misspelled wrapper
+        for body in [
+            r#"{"listVirtualMachines":{"count":1,"virtualmachine":[{"id":"a","state":"Stopped"}]}}"#,
+            r#"{"count":1,"virtualmachine":[{"id":"a","state":"Stopped"}]}"#,
+            r#"{"virtualmachine":[{"id":"a","state":"Stopped"}]}"#,
+            r#"{"listvmsresp":{"count":1,"virtualmachine":{"id":"a","state":"Stopped"}}}"#,
+        ] {
+            let p = page(body).unwrap();
+            assert_eq!(p.items.len(), 1, "{body}");
+            assert_eq!(p.items[0].state, VmState::Stopped);
+        }
+        assert_eq!(page("[]").unwrap_err().kind(), "malformed");
+        assert_eq!(
+            page(r#"{"listvirtualmachinesresponse":{"virtualmachine":"x"}}"#)
+                .unwrap_err()
+                .kind(),
+            "malformed"
+        );
+    }
+}

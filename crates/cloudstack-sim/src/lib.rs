@@ -1,0 +1,274 @@
+//! `cloudstack-sim`: a CloudStack API simulator for tests, the demo and benchmarks.
+//!
+//! It speaks CloudStack's wire protocol on `/client/api` (signed GET query strings and POST
+//! form bodies, JSON envelopes, CloudStack's error codes and texts, pagination and
+//! throttling rules) and exposes an admin JSON API under `/sim/` on the same listener.
+//!
+//! # In-process use
+//!
+//! ```no_run
+//! use cloudstack_sim::{self as sim, Simulator, World, VmSpec, GuestKind};
+//!
+//! # async fn demo() -> std::io::Result<()> {
+//! // One zone, one shared network, one host, a root admin with these keys.
+//! let world = World::default_world("my-api-key", "my-secret", sim::real_now_ms());
+//! let sim = Simulator::new(world);
+//! // Load VMs directly (20 000 take well under a second).
+//! let mut spec = VmSpec::new("unused");
+//! spec.guest = GuestKind::Healthy;
+//! sim.add_vms(20_000, "bench", &spec).unwrap();
+//! let one = sim.add_vm(&VmSpec::new("demo-cp-1")).unwrap(); // returns the VM's UUID
+//! sim.inject_fault(&one, sim::Fault::NicDown).unwrap();
+//! // Serve it.
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let server = sim::serve(listener, sim.clone()).await?;
+//! println!("{}", server.api_url());
+//! sim.advance(60.0); // move simulated time without sleeping
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Scenario files (see `cloudstack-fixtures/scenarios/README.md`) are loaded with
+//! [`load_scenario_file`]. Time is simulated: `start + real elapsed × time_scale + manual
+//! advances` ([`Simulator::advance`], `POST /sim/clock`); all VM evolution is a pure function
+//! of it, applied lazily before each request.
+//!
+//! # Modules
+//! - [`world`]: the model (accounts, zones, networks, hosts, projects, VMs, affinity groups,
+//!   async jobs) and its evolution.
+//! - [`catalog`]: service offerings, templates, disk offerings, affinity groups, jobs.
+//! - [`traffic`]: closed-form hypervisor counters per guest behaviour.
+//! - [`api`]: request collection, verification, role/throttle/page rules, envelopes.
+//! - [`commands`]: the command table and the VM list, NIC and discovery handlers.
+//! - [`directory`]: users, keys, domain, accounts, projects, zones, networks, offerings,
+//!   templates, public addresses, volumes (what a cluster provider looks up).
+//! - [`provisioning`]: deploy/destroy VMs, affinity groups, `queryAsyncJobResult`.
+//! - [`scenario`]: scenario file parsing with path-precise errors.
+//! - [`server`]: the HTTP server, admin API and API-level fault injection.
+
+pub mod api;
+pub mod catalog;
+pub mod clock;
+pub mod commands;
+pub mod directory;
+pub mod provisioning;
+pub mod scenario;
+pub mod server;
+pub mod traffic;
+pub mod world;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{json, Value};
+
+pub use clock::{real_now_ms, SimClock};
+pub use scenario::{load_scenario_file, parse_scenario, ScenarioError};
+pub use server::{serve, serve_tls, tls_config, ApiFaults, SimServer};
+pub use world::{
+    AccountType, Fault, GuestKind, HostControl, Ms, NetworkType, Role, RoleRule, Settings,
+    Throttle, VmSpec, VmState, World, WorldError,
+};
+
+/// Per-command, per-result call counts (`GET /sim/calls`).
+#[derive(Debug, Default, Clone)]
+pub struct CallStats {
+    pub total: u64,
+    pub by_command: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+/// The mutable state behind a [`Simulator`].
+pub(crate) struct SimState {
+    pub world: World,
+    pub clock: SimClock,
+    pub api_faults: ApiFaults,
+    pub calls: CallStats,
+    pub throttle: api::ThrottleTable,
+    /// The `signature` values of the most recent API requests (for secret scans in tests).
+    pub signatures: std::collections::VecDeque<String>,
+    initial: World,
+}
+
+/// How many received signatures [`Simulator::received_signatures`] keeps.
+pub const KEPT_SIGNATURES: usize = 4096;
+
+impl SimState {
+    /// Remembers a received request signature (the newest [`KEPT_SIGNATURES`]).
+    pub fn record_signature(&mut self, signature: &str) {
+        if self.signatures.len() >= KEPT_SIGNATURES {
+            self.signatures.pop_front();
+        }
+        self.signatures.push_back(signature.to_string());
+    }
+
+    pub fn record_call(&mut self, command: &str, result: &str) {
+        self.calls.total += 1;
+        let name = if command.is_empty() {
+            "(none)"
+        } else {
+            command
+        };
+        // Bound the map: arbitrary command names from clients share one bucket.
+        let key = if commands::find(name).is_some()
+            || name == "(none)"
+            || self.calls.by_command.contains_key(name)
+            || self.calls.by_command.len() < 256
+        {
+            name.to_string()
+        } else {
+            "(other)".to_string()
+        };
+        *self
+            .calls
+            .by_command
+            .entry(key)
+            .or_default()
+            .entry(result.to_string())
+            .or_insert(0) += 1;
+    }
+}
+
+/// A simulator: the world, its clock and the API fault settings, shared between the HTTP
+/// server and in-process callers. Cheap to clone.
+#[derive(Clone)]
+pub struct Simulator {
+    state: Arc<Mutex<SimState>>,
+}
+
+impl Simulator {
+    /// A simulator whose clock starts at the world's start time and runs at real speed.
+    pub fn new(world: World) -> Self {
+        Self::with_time_scale(world, 1.0)
+    }
+
+    /// Like [`Simulator::new`] with simulated time running `scale` times faster than real
+    /// time (0 = frozen; only [`Simulator::advance`] moves it).
+    pub fn with_time_scale(world: World, scale: f64) -> Self {
+        let clock = SimClock::new(world.now_ms(), scale);
+        Self {
+            state: Arc::new(Mutex::new(SimState {
+                initial: world.clone(),
+                world,
+                clock,
+                api_faults: ApiFaults::default(),
+                calls: CallStats::default(),
+                throttle: api::ThrottleTable::default(),
+                signatures: Default::default(),
+            })),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SimState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Locks and brings the world to the clock's "now".
+    pub(crate) fn lock_advanced(&self) -> MutexGuard<'_, SimState> {
+        let mut st = self.lock();
+        let now = st.clock.now_ms();
+        st.world.advance_to(now);
+        st
+    }
+
+    /// Runs `f` on the world, advanced to the current simulated time.
+    pub fn with_world<R>(&self, f: impl FnOnce(&mut World) -> R) -> R {
+        let mut st = self.lock_advanced();
+        f(&mut st.world)
+    }
+
+    /// Current simulated time (ms since the epoch).
+    pub fn now_ms(&self) -> Ms {
+        self.lock().clock.now_ms()
+    }
+
+    /// Moves simulated time forward by `seconds` and evolves the world.
+    pub fn advance(&self, seconds: f64) {
+        let mut st = self.lock();
+        st.clock.advance_ms(world::secs_to_ms(seconds));
+        let now = st.clock.now_ms();
+        st.world.advance_to(now);
+    }
+
+    /// Creates a VM now; returns its UUID.
+    pub fn add_vm(&self, spec: &VmSpec) -> Result<String, WorldError> {
+        self.with_world(|w| {
+            let i = w.add_vm(spec)?;
+            Ok(w.vms()[i].id.clone())
+        })
+    }
+
+    /// Creates `n` VMs named `<prefix>-<i>` from a template; returns how many were made.
+    pub fn add_vms(&self, n: usize, prefix: &str, template: &VmSpec) -> Result<usize, WorldError> {
+        self.with_world(|w| w.add_vms(n, prefix, template).map(|v| v.len()))
+    }
+
+    /// Injects a fault into a VM (by name or id) now.
+    pub fn inject_fault(&self, vm: &str, fault: Fault) -> Result<(), WorldError> {
+        self.with_world(|w| {
+            let i = w
+                .vm_index(vm)
+                .ok_or_else(|| WorldError::NotFound(format!("no VM with id or name {vm:?}")))?;
+            w.apply_fault_now(i, fault);
+            Ok(())
+        })
+    }
+
+    /// Live-migrates a Running VM (by name or id) to host number `host` over `seconds`.
+    pub fn migrate(&self, vm: &str, host: usize, seconds: f64) -> Result<(), WorldError> {
+        self.with_world(|w| {
+            let i = w
+                .vm_index(vm)
+                .ok_or_else(|| WorldError::NotFound(format!("no VM with id or name {vm:?}")))?;
+            w.migrate_now(i, host, seconds)
+        })
+    }
+
+    /// Clears a VM's injected faults now.
+    pub fn clear_faults(&self, vm: &str) -> Result<(), WorldError> {
+        self.with_world(|w| {
+            let i = w
+                .vm_index(vm)
+                .ok_or_else(|| WorldError::NotFound(format!("no VM with id or name {vm:?}")))?;
+            w.clear_faults_now(i);
+            Ok(())
+        })
+    }
+
+    /// Replaces the API fault settings.
+    pub fn set_api_faults(&self, f: ApiFaults) {
+        self.lock().api_faults = f;
+    }
+
+    /// Sets global throttling (`None` disables it) and resets the windows.
+    pub fn set_throttle(&self, t: Option<Throttle>) {
+        let mut st = self.lock();
+        st.world.settings.throttle = t;
+        st.throttle.clear();
+    }
+
+    /// The `signature` values of the most recent API requests, oldest first (as received,
+    /// URL-decoded), so tests can check that none of them leaks anywhere.
+    pub fn received_signatures(&self) -> Vec<String> {
+        self.lock().signatures.iter().cloned().collect()
+    }
+
+    /// Call counts as served by `GET /sim/calls`.
+    pub fn calls(&self) -> Value {
+        let st = self.lock();
+        json!({"total": st.calls.total, "by_command": st.calls.by_command})
+    }
+
+    /// Clears call counts, API faults and throttle windows; with `world`, also restores
+    /// the initial world and restarts the clock at its start time.
+    pub fn reset(&self, world: bool) {
+        let mut st = self.lock();
+        st.calls = CallStats::default();
+        st.signatures.clear();
+        st.api_faults = ApiFaults::default();
+        st.throttle.clear();
+        if world {
+            st.world = st.initial.clone();
+            st.clock = SimClock::new(st.world.now_ms(), st.clock.scale());
+        }
+    }
+}

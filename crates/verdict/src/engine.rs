@@ -1,0 +1,453 @@
+//! The verdict table of product.md §4 as one pure function.
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::history::{Sighting, Traffic, VmHistory};
+use super::{at, human_duration, reason, Graces, Status, Verdict};
+use cloudstack_api::model::VmState;
+
+/// The few facts about the Machine that change how VM evidence is read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MachineFacts {
+    /// The Machine has a `nodeRef`: only VM-level failures count, node health is MHC's job.
+    pub has_node: bool,
+    /// The Machine is being deleted: the VM is expected to stop and vanish.
+    pub deleting: bool,
+    /// A Node that matches the VM exists in the workload cluster although the Machine has no
+    /// `nodeRef` (its name, for the message). Never escalate such a Machine.
+    pub unlinked_node: Option<String>,
+}
+
+/// Evaluates one VM's history at `now`.
+pub fn evaluate(
+    history: &VmHistory,
+    machine: &MachineFacts,
+    graces: &Graces,
+    now: Timestamp,
+) -> Verdict {
+    let verdict = evaluate_vm(history, machine, graces, now);
+    match (&machine.unlinked_node, verdict.status) {
+        (Some(node), Status::False) if !machine.has_node => Verdict::new(
+            Status::Unknown,
+            reason::NODE_NOT_LINKED,
+            format!(
+                "would be {} ({}), but Node {node} matches this VM while the Machine has no nodeRef; \
+                 not escalating — check why CAPI has not linked the Node",
+                verdict.reason, verdict.message
+            ),
+        ),
+        _ => verdict,
+    }
+}
+
+fn evaluate_vm(h: &VmHistory, machine: &MachineFacts, g: &Graces, now: Timestamp) -> Verdict {
+    if machine.deleting {
+        return Verdict::new(
+            Status::Unknown,
+            reason::MACHINE_DELETING,
+            "Machine is being deleted; VM state is expected to change",
+        );
+    }
+    if let Some(v) = api_trouble(h, g, now) {
+        return v;
+    }
+    if h.absent_polls > 0 {
+        return absent(h, g);
+    }
+    let Some(seen) = &h.sighting else {
+        // Unreachable after a successful poll, but never guess.
+        return Verdict::new(
+            Status::Unknown,
+            reason::CLOUDSTACK_API_UNAVAILABLE,
+            "VM not observed yet",
+        );
+    };
+    let since = h.state_since.unwrap_or(now);
+    let age = now.duration_since(since);
+    let state = &seen.state;
+    match state {
+        VmState::Error => {
+            let needed = g.error_confirm_polls.saturating_add(1);
+            if h.state_polls >= needed {
+                Verdict::new(
+                    Status::False,
+                    reason::VM_ERROR,
+                    format!("VM {} is in state Error since {}", seen.name, at(since)),
+                )
+            } else {
+                let v = Verdict::new(
+                    Status::Unknown,
+                    reason::VM_ERROR,
+                    format!(
+                        "VM {} reported in state Error; waiting for a confirming poll",
+                        seen.name
+                    ),
+                );
+                v.changes_at(now + g.poll_interval)
+            }
+        }
+        VmState::Stopped | VmState::Shutdown => graced(
+            g.stopped,
+            since,
+            now,
+            reason::VM_STOPPED,
+            format!("VM {} is {state} since {}", seen.name, at(since)),
+        ),
+        VmState::Destroyed | VmState::Expunging => {
+            if h.state_polls >= g.not_found_polls {
+                Verdict::new(
+                    Status::False,
+                    reason::VM_DESTROYED,
+                    format!("VM {} is {state} since {}", seen.name, at(since)),
+                )
+            } else {
+                Verdict::new(
+                    Status::Unknown,
+                    reason::VM_DESTROYED,
+                    format!("VM {} reported {state}; confirming", seen.name),
+                )
+                .changes_at(now + g.poll_interval)
+            }
+        }
+        VmState::Starting | VmState::Stopping | VmState::Restoring => {
+            let message = format!("VM {} is {state} since {}", seen.name, at(since));
+            if machine.has_node {
+                Verdict::new(Status::Unknown, reason::VM_IN_TRANSITION, message)
+            } else if age >= g.transition {
+                Verdict::new(
+                    Status::False,
+                    reason::VM_STUCK_IN_TRANSITION,
+                    format!("{message} (grace {})", human_duration(g.transition)),
+                )
+            } else {
+                Verdict::new(Status::Unknown, reason::VM_IN_TRANSITION, message)
+                    .changes_at(since + g.transition)
+            }
+        }
+        VmState::Migrating => Verdict::new(
+            Status::Unknown,
+            reason::VM_MIGRATING,
+            format!("VM {} is migrating between hosts", seen.name),
+        ),
+        VmState::Unknown | VmState::Other(_) => Verdict::new(
+            Status::Unknown,
+            reason::VM_STATE_UNRECOGNIZED,
+            format!(
+                "VM {} reports state {state:?}, which this version does not judge",
+                seen.name
+            ),
+        ),
+        VmState::Running => running(h, seen, machine, g, now),
+    }
+}
+
+/// "I could not see" is `Unknown`, never `False`.
+fn api_trouble(h: &VmHistory, g: &Graces, now: Timestamp) -> Option<Verdict> {
+    if let Some(error) = &h.last_error {
+        let seen = match h.last_success {
+            Some(t) => format!("; last successful poll at {}", at(t)),
+            None => "; never polled successfully".to_string(),
+        };
+        return Some(Verdict::new(
+            Status::Unknown,
+            reason::CLOUDSTACK_API_UNAVAILABLE,
+            format!("CloudStack poll failed: {error}{seen}"),
+        ));
+    }
+    match h.last_success {
+        None => Some(Verdict::new(
+            Status::Unknown,
+            reason::CLOUDSTACK_API_UNAVAILABLE,
+            "VM not polled yet",
+        )),
+        Some(t) if now.duration_since(t) > g.stale_after() => Some(Verdict::new(
+            Status::Unknown,
+            reason::CLOUDSTACK_API_UNAVAILABLE,
+            format!(
+                "last successful CloudStack poll at {} is older than {} poll intervals",
+                at(t),
+                g.stale_poll_intervals
+            ),
+        )),
+        Some(_) => None,
+    }
+}
+
+fn absent(h: &VmHistory, g: &Graces) -> Verdict {
+    let last = h
+        .sighting
+        .as_ref()
+        .map(|s| format!("; last seen as {} in state {}", s.name, s.state))
+        .unwrap_or_else(|| "; never seen".to_string());
+    if h.absent_polls >= g.not_found_polls {
+        Verdict::new(
+            Status::False,
+            reason::VM_NOT_FOUND,
+            format!(
+                "VM {} is missing from every complete listing of its scope since {}{last}",
+                h.vm_id,
+                h.absent_since.map(at).unwrap_or_default()
+            ),
+        )
+    } else {
+        Verdict::new(
+            Status::Unknown,
+            reason::VM_NOT_FOUND,
+            format!(
+                "VM {} is missing from {} complete listing(s); confirming{last}",
+                h.vm_id, h.absent_polls
+            ),
+        )
+    }
+}
+
+/// `False` once `since + grace` has passed, else `Unknown` with the time it would flip.
+fn graced(
+    grace: SignedDuration,
+    since: Timestamp,
+    now: Timestamp,
+    reason: &'static str,
+    message: String,
+) -> Verdict {
+    if now.duration_since(since) >= grace {
+        Verdict::new(
+            Status::False,
+            reason,
+            format!("{message} (grace {})", human_duration(grace)),
+        )
+    } else {
+        Verdict::new(
+            Status::Unknown,
+            reason,
+            format!("{message}; False after {}", human_duration(grace)),
+        )
+        .changes_at(since + grace)
+    }
+}
+
+fn running(
+    h: &VmHistory,
+    seen: &Sighting,
+    machine: &MachineFacts,
+    g: &Graces,
+    now: Timestamp,
+) -> Verdict {
+    if let Some(since) = h.host_unreachable_since {
+        let host = seen.host_control.as_ref().map_or("unknown", |s| s.as_str());
+        let message = format!(
+            "VM {} is Running on a host whose control state is {host} since {}",
+            seen.name,
+            at(since)
+        );
+        if machine.has_node {
+            return Verdict::new(Status::Unknown, reason::HOST_UNREACHABLE, message);
+        }
+        return graced(
+            g.host_unreachable,
+            since,
+            now,
+            reason::HOST_UNREACHABLE,
+            message,
+        );
+    }
+    if machine.has_node {
+        return Verdict::new(
+            Status::True,
+            reason::VM_RUNNING,
+            format!(
+                "VM {} is Running; the Machine has a Node, whose health is MHC's job",
+                seen.name
+            ),
+        );
+    }
+    if let Some(since) = h.nic_detached_since {
+        let what = if seen.nic_count == 0 {
+            "has no NIC"
+        } else {
+            "has no default NIC"
+        };
+        let message = format!("VM {} is Running but {what} since {}", seen.name, at(since));
+        return graced(g.nic_detached, since, now, reason::NIC_DETACHED, message);
+    }
+    if let Some(since) = h.nic_no_address_since {
+        let message = format!(
+            "VM {} is Running but a NIC has no address since {}",
+            seen.name,
+            at(since)
+        );
+        return graced(
+            g.nic_no_address,
+            since,
+            now,
+            reason::NIC_NO_ADDRESS,
+            message,
+        );
+    }
+    let addresses = if seen.addresses.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", seen.addresses.join(", "))
+    };
+    match assess_traffic(&h.traffic, g, now) {
+        TrafficEvidence::Silent(evidence) => Verdict::new(
+            Status::False,
+            reason::GUEST_NETWORK_SILENT,
+            format!("VM {}{addresses} is Running but {evidence}", seen.name),
+        ),
+        TrafficEvidence::Rising(evidence) => Verdict::new(
+            Status::True,
+            reason::VM_HEALTHY,
+            format!(
+                "VM {}{addresses} is Running, NICs attached, {evidence}",
+                seen.name
+            ),
+        ),
+        TrafficEvidence::Inconclusive { why, silent_at } => {
+            let v = Verdict::new(
+                Status::True,
+                reason::VM_RUNNING,
+                format!(
+                    "VM {}{addresses} is Running with NICs attached; {why}",
+                    seen.name
+                ),
+            );
+            match silent_at {
+                Some(at) => v.changes_at(at),
+                None => v,
+            }
+        }
+    }
+}
+
+/// What the traffic counters say about the guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrafficEvidence {
+    Rising(String),
+    Silent(String),
+    /// No verdict from traffic: stats absent, stale, or too few samples yet.
+    Inconclusive {
+        why: String,
+        silent_at: Option<Timestamp>,
+    },
+}
+
+/// The listing's counter rose within the freshness window.
+pub fn rose_recently(t: &Traffic, g: &Graces, now: Timestamp) -> bool {
+    t.last_rise
+        .is_some_and(|r| now.duration_since(r) <= rise_fresh_within(t, g))
+}
+
+/// How long a rise of the listing's counter stays proof of activity: two stats intervals plus
+/// the spacing of the polls that look for it — polls slower than `--poll-interval` (a big
+/// fleet behind a rate limit) must not make every VM look idle. Capped at the stale-poll age,
+/// beyond which observation restarts anyway.
+pub fn rise_fresh_within(t: &Traffic, g: &Graces) -> SignedDuration {
+    let spacing = t
+        .poll_spacing
+        .unwrap_or(g.poll_interval)
+        .clamp(g.poll_interval, g.stale_after().max(g.poll_interval));
+    g.stats_interval * 2 + spacing
+}
+
+pub fn assess_traffic(t: &Traffic, g: &Graces, now: Timestamp) -> TrafficEvidence {
+    let needed = usize::try_from(g.silent_samples.max(1)).unwrap_or(usize::MAX);
+    if let Some(arrived) = t.newest_sample_arrived {
+        // Usage history exists for this VM: its sample times decide.
+        let age = now.duration_since(arrived);
+        if age > g.stats_fresh_within() {
+            // Samples are only fetched for VMs whose listing counters stopped rising; a rise
+            // in the listing is proof of activity, staleness only withholds "silent".
+            if rose_recently(t, g, now) {
+                return TrafficEvidence::Rising("guest→host traffic rising".to_string());
+            }
+            return TrafficEvidence::Inconclusive {
+                why: format!("stats are stale (newest sample arrived at {})", at(arrived)),
+                silent_at: None,
+            };
+        }
+        let n = t.samples.len();
+        if n >= 2 && t.samples[n - 1].1 > t.samples[n - 2].1 {
+            return TrafficEvidence::Rising("guest→host traffic rising".to_string());
+        }
+        if n > needed {
+            let window = t.samples.range(n - needed - 1..);
+            let first = t.samples[n - needed - 1].1;
+            if window.clone().all(|s| s.1 == first) {
+                return TrafficEvidence::Silent(format!(
+                    "guest→host traffic flat at {first} KiB over the last {needed} stats samples"
+                ));
+            }
+            return TrafficEvidence::Rising(format!(
+                "guest→host traffic rose within the last {needed} samples"
+            ));
+        }
+        return TrafficEvidence::Inconclusive {
+            why: format!(
+                "{n} stats sample(s) so far, {} needed to judge traffic",
+                needed + 1
+            ),
+            silent_at: None,
+        };
+    }
+    let (Some(value), Some(flat_since)) = (t.last_value, t.flat_since) else {
+        return TrafficEvidence::Inconclusive {
+            why: "no traffic stats reported".to_string(),
+            silent_at: None,
+        };
+    };
+    if rose_recently(t, g, now) {
+        return TrafficEvidence::Rising("guest→host traffic rising".to_string());
+    }
+    let window = g.silent_window_without_samples();
+    if let Some(paused) = t.collection_paused_since {
+        // Only the flat time before the host's stats collection paused is evidence.
+        let seen_flat = paused.duration_since(flat_since);
+        if seen_flat < window {
+            return TrafficEvidence::Inconclusive {
+                why: format!(
+                    "stats collection for its host looks paused since {} (every VM there went \
+                     flat at once); guest→host traffic flat at {value} KiB since {}",
+                    at(paused),
+                    at(flat_since)
+                ),
+                silent_at: None,
+            };
+        }
+    }
+    let flat_for = now.duration_since(flat_since);
+    if flat_for >= window {
+        TrafficEvidence::Silent(format!(
+            "guest→host traffic flat at {value} KiB since {} (≥ {} stats samples)",
+            at(flat_since),
+            g.silent_samples
+        ))
+    } else {
+        TrafficEvidence::Inconclusive {
+            why: format!(
+                "guest→host traffic flat at {value} KiB since {}",
+                at(flat_since)
+            ),
+            silent_at: Some(flat_since + window),
+        }
+    }
+}
+
+/// The verdict for a Machine whose CloudStackMachine may not have an instance id yet:
+/// no id means the VM was never deployed, and there is nothing to judge (`None`).
+pub fn verdict_for_instance(
+    instance_id: Option<&str>,
+    history: Option<&VmHistory>,
+    machine: &MachineFacts,
+    graces: &Graces,
+    now: Timestamp,
+) -> Option<Verdict> {
+    let id = instance_id.filter(|id| !id.trim().is_empty())?;
+    Some(match history {
+        Some(h) => evaluate(h, machine, graces, now),
+        None => Verdict::new(
+            Status::Unknown,
+            reason::CLOUDSTACK_API_UNAVAILABLE,
+            format!("VM {id} not polled yet"),
+        ),
+    })
+}

@@ -1,0 +1,168 @@
+//! The shim's decisions, pure: from what it has observed about a VM to a tri-state verdict
+//! (product.md §4) and to the condition on the Machine. No I/O here; time is always passed in.
+//!
+//! - [`history`]: what the shim remembers about one VM between polls.
+//! - [`collector`]: a host whose stats collection paused is not a host of silent guests.
+//! - [`engine`]: the verdict table.
+//! - [`guard`]: the mass-failure guard over one scope's verdicts.
+//! - [`decide`]: the one pipeline (evaluate → guard → condition) that `run`, `check` and the
+//!   benches share.
+//! - [`condition`]: turning verdicts into a condition whose `lastTransitionTime` only moves
+//!   when the status flips.
+//! - [`capi`]: served Cluster API / CAPC versions → condition layout and remediation mode.
+//! - [`machine_condition`]: our condition entry read from, and written into, a Machine's JSON.
+
+pub mod capi;
+pub mod collector;
+pub mod condition;
+pub mod decide;
+pub mod engine;
+pub mod graces;
+pub mod guard;
+pub mod history;
+pub mod machine_condition;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+pub use collector::{mark_paused_collections, PausedCollection};
+pub use condition::ConditionState;
+pub use decide::{decide, Decision, Evidence, Subject};
+pub use engine::{evaluate, MachineFacts};
+pub use graces::Graces;
+pub use guard::{GuardOutcome, MassFailureGuard, ScopeMember};
+pub use history::{PollOutcome, VmHistory};
+
+/// The condition status the shim publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Status {
+    /// Evidence of health.
+    True,
+    /// Evidence of failure: the Machine should be recycled.
+    False,
+    /// The shim cannot tell; must never cause a recycle.
+    Unknown,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Condition reasons. Constants so that metrics, Events and docs share one spelling.
+pub mod reason {
+    pub const VM_HEALTHY: &str = "VMHealthy";
+    pub const VM_RUNNING: &str = "VMRunning";
+    pub const VM_ERROR: &str = "VMError";
+    pub const VM_STOPPED: &str = "VMStopped";
+    pub const VM_NOT_FOUND: &str = "VMNotFound";
+    pub const VM_DESTROYED: &str = "VMDestroyed";
+    pub const VM_IN_TRANSITION: &str = "VMInTransition";
+    pub const VM_STUCK_IN_TRANSITION: &str = "VMStuckInTransition";
+    pub const VM_MIGRATING: &str = "VMMigrating";
+    pub const VM_STATE_UNRECOGNIZED: &str = "VMStateUnrecognized";
+    pub const HOST_UNREACHABLE: &str = "HostUnreachable";
+    pub const NIC_DETACHED: &str = "NICDetached";
+    pub const NIC_NO_ADDRESS: &str = "NICNoAddress";
+    pub const GUEST_NETWORK_SILENT: &str = "GuestNetworkSilent";
+    pub const CLOUDSTACK_API_UNAVAILABLE: &str = "CloudStackAPIUnavailable";
+    pub const NODE_NOT_LINKED: &str = "NodeNotLinked";
+    pub const REMEDIATION_HELD: &str = "RemediationHeld";
+    pub const MACHINE_DELETING: &str = "MachineDeleting";
+
+    /// Every reason, for docs and metrics label sets.
+    pub const ALL: &[&str] = &[
+        VM_HEALTHY,
+        VM_RUNNING,
+        VM_ERROR,
+        VM_STOPPED,
+        VM_NOT_FOUND,
+        VM_DESTROYED,
+        VM_IN_TRANSITION,
+        VM_STUCK_IN_TRANSITION,
+        VM_MIGRATING,
+        VM_STATE_UNRECOGNIZED,
+        HOST_UNREACHABLE,
+        NIC_DETACHED,
+        NIC_NO_ADDRESS,
+        GUEST_NETWORK_SILENT,
+        CLOUDSTACK_API_UNAVAILABLE,
+        NODE_NOT_LINKED,
+        REMEDIATION_HELD,
+        MACHINE_DELETING,
+    ];
+}
+
+/// The engine's output for one Machine's VM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    pub status: Status,
+    pub reason: &'static str,
+    /// Human-readable evidence, e.g. "VM state Stopped for 75s (grace 60s)".
+    pub message: String,
+    /// When the verdict could next change without new observations (a grace expiring);
+    /// `None` when only a new observation can change it.
+    pub next_change: Option<Timestamp>,
+}
+
+impl Verdict {
+    pub fn new(status: Status, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            reason,
+            message: message.into(),
+            next_change: None,
+        }
+    }
+
+    pub fn changes_at(mut self, at: Timestamp) -> Self {
+        self.next_change = Some(at);
+        self
+    }
+}
+
+/// Seconds as a short human string (`75s`, `3m20s`, `1h2m`).
+pub fn human_duration(d: jiff::SignedDuration) -> String {
+    let secs = d.as_secs().max(0);
+    if secs < 60 {
+        format!("{secs}s")
+    } else if secs < 3600 {
+        let (m, s) = (secs / 60, secs % 60);
+        if s == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{s}s")
+        }
+    } else {
+        let (h, m) = (secs / 3600, (secs % 3600) / 60);
+        if m == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{m}m")
+        }
+    }
+}
+
+/// A timestamp for messages: whole seconds, UTC. Messages name times rather than ages so
+/// that an unchanged situation produces an unchanged message (and no status write).
+pub fn at(t: Timestamp) -> String {
+    t.round(jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| t.to_string())
+}

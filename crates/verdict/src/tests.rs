@@ -1,0 +1,844 @@
+//! The verdict table, row by row, including the rows that must NOT turn False.
+
+use jiff::{SignedDuration, Timestamp};
+use proptest::prelude::*;
+
+use super::engine::{verdict_for_instance, MachineFacts};
+use super::history::{PollOutcome, VmHistory};
+use super::{condition, evaluate, reason, Graces, Status, Verdict};
+use cloudstack_api::model::{CsTime, HostControlState, Nic, UsageSample, VirtualMachine, VmState};
+
+fn t0() -> Timestamp {
+    "2026-03-01T10:00:00Z".parse().unwrap()
+}
+
+fn at(secs: i64) -> Timestamp {
+    t0() + SignedDuration::from_secs(secs)
+}
+
+fn nic(ip: Option<&str>) -> Nic {
+    Nic {
+        id: Some("nic-1".into()),
+        networkid: Some("net-1".into()),
+        networkname: Some("shared".into()),
+        ipaddress: ip.map(str::to_string),
+        ip6address: None,
+        isdefault: true,
+        traffictype: Some("Guest".into()),
+        network_type: Some("Shared".into()),
+        macaddress: Some("02:00:00:00:00:01".into()),
+    }
+}
+
+fn vm(state: VmState) -> VirtualMachine {
+    VirtualMachine {
+        id: "vm-1".into(),
+        name: "demo-md-0-a".into(),
+        displayname: None,
+        state,
+        zoneid: None,
+        zonename: None,
+        account: None,
+        domainid: None,
+        projectid: None,
+        hostid: Some("host-1".into()),
+        hostname: None,
+        hostcontrolstate: Some(HostControlState::Enabled),
+        haenable: None,
+        created: None,
+        lastupdated: None,
+        nics: vec![nic(Some("10.1.1.10"))],
+        networkkbswrite: Some(100),
+        networkkbsread: Some(100),
+        cpuused: None,
+        jobid: None,
+        jobstatus: None,
+    }
+}
+
+fn running(tx: u64) -> VirtualMachine {
+    let mut v = vm(VmState::Running);
+    v.networkkbswrite = Some(tx);
+    v
+}
+
+struct Run {
+    h: VmHistory,
+    g: Graces,
+    m: MachineFacts,
+}
+
+impl Run {
+    fn new() -> Self {
+        Self {
+            h: VmHistory::new("vm-1"),
+            g: Graces::default(),
+            m: MachineFacts::default(),
+        }
+    }
+
+    fn seen(&mut self, secs: i64, v: &VirtualMachine) -> Verdict {
+        self.h.record(PollOutcome::Seen(v), at(secs), &self.g);
+        self.verdict(secs)
+    }
+
+    fn absent(&mut self, secs: i64) -> Verdict {
+        self.h.record(PollOutcome::Absent, at(secs), &self.g);
+        self.verdict(secs)
+    }
+
+    fn failed(&mut self, secs: i64) -> Verdict {
+        self.h
+            .record(PollOutcome::Failed("429 throttled"), at(secs), &self.g);
+        self.verdict(secs)
+    }
+
+    fn verdict(&self, secs: i64) -> Verdict {
+        evaluate(&self.h, &self.m, &self.g, at(secs))
+    }
+
+    /// Polls every 30 s from `from` to `to` (inclusive) with the VM `make(t)` returns.
+    fn poll_range(&mut self, from: i64, to: i64, make: impl Fn(i64) -> VirtualMachine) -> Verdict {
+        let mut last = None;
+        let mut t = from;
+        while t <= to {
+            last = Some(self.seen(t, &make(t)));
+            t += 30;
+        }
+        last.expect("at least one poll")
+    }
+}
+
+fn assert_verdict(v: &Verdict, status: Status, reason: &str) {
+    assert_eq!((v.status, v.reason), (status, reason), "verdict was {v:?}");
+}
+
+#[test]
+fn running_with_addresses_and_rising_traffic_is_healthy() {
+    let mut r = Run::new();
+    let v = r.poll_range(0, 300, |t| running(100 + (t as u64 / 60) * 50));
+    assert_verdict(&v, Status::True, reason::VM_HEALTHY);
+    assert!(v.message.contains("10.1.1.10"), "{}", v.message);
+}
+
+#[test]
+fn error_turns_false_only_after_a_confirming_poll() {
+    let mut r = Run::new();
+    let v = r.seen(0, &vm(VmState::Error));
+    assert_verdict(&v, Status::Unknown, reason::VM_ERROR);
+    assert!(v.next_change.is_some());
+    let v = r.seen(30, &vm(VmState::Error));
+    assert_verdict(&v, Status::False, reason::VM_ERROR);
+}
+
+#[test]
+fn a_failed_poll_between_error_sightings_restarts_confirmation() {
+    let mut r = Run::new();
+    r.seen(0, &vm(VmState::Error));
+    assert_verdict(
+        &r.failed(30),
+        Status::Unknown,
+        reason::CLOUDSTACK_API_UNAVAILABLE,
+    );
+    assert_verdict(
+        &r.seen(60, &vm(VmState::Error)),
+        Status::Unknown,
+        reason::VM_ERROR,
+    );
+    assert_verdict(
+        &r.seen(90, &vm(VmState::Error)),
+        Status::False,
+        reason::VM_ERROR,
+    );
+}
+
+#[test]
+fn stopped_turns_false_after_its_grace() {
+    let mut r = Run::new();
+    assert_verdict(
+        &r.seen(0, &vm(VmState::Stopped)),
+        Status::Unknown,
+        reason::VM_STOPPED,
+    );
+    assert_verdict(
+        &r.seen(30, &vm(VmState::Stopped)),
+        Status::Unknown,
+        reason::VM_STOPPED,
+    );
+    assert_verdict(
+        &r.seen(60, &vm(VmState::Stopped)),
+        Status::False,
+        reason::VM_STOPPED,
+    );
+    assert_verdict(
+        &r.seen(90, &vm(VmState::Shutdown)),
+        Status::Unknown,
+        reason::VM_STOPPED,
+    );
+}
+
+#[test]
+fn a_deleting_machine_is_never_false() {
+    let mut r = Run::new();
+    r.m.deleting = true;
+    for t in (0..600).step_by(30) {
+        assert_ne!(r.seen(t, &vm(VmState::Stopped)).status, Status::False);
+    }
+    for t in (600..900).step_by(30) {
+        let v = r.absent(t);
+        assert_verdict(&v, Status::Unknown, reason::MACHINE_DELETING);
+    }
+}
+
+#[test]
+fn a_vm_missing_from_two_complete_listings_is_not_found() {
+    let mut r = Run::new();
+    r.seen(0, &running(100));
+    assert_verdict(&r.absent(30), Status::Unknown, reason::VM_NOT_FOUND);
+    let v = r.absent(60);
+    assert_verdict(&v, Status::False, reason::VM_NOT_FOUND);
+    assert!(v.message.contains("demo-md-0-a"), "{}", v.message);
+}
+
+#[test]
+fn absences_separated_by_a_failed_poll_do_not_add_up() {
+    let mut r = Run::new();
+    r.absent(0);
+    r.failed(30);
+    assert_verdict(&r.absent(60), Status::Unknown, reason::VM_NOT_FOUND);
+}
+
+#[test]
+fn destroyed_and_expunging_turn_false_after_two_polls() {
+    for state in [VmState::Destroyed, VmState::Expunging] {
+        let mut r = Run::new();
+        assert_verdict(
+            &r.seen(0, &vm(state.clone())),
+            Status::Unknown,
+            reason::VM_DESTROYED,
+        );
+        assert_verdict(&r.seen(30, &vm(state)), Status::False, reason::VM_DESTROYED);
+    }
+}
+
+#[test]
+fn transitions_turn_false_only_after_fifteen_minutes() {
+    for state in [VmState::Starting, VmState::Stopping, VmState::Restoring] {
+        let mut r = Run::new();
+        let v = r.poll_range(0, 14 * 60 + 30, |_| vm(state.clone()));
+        assert_verdict(&v, Status::Unknown, reason::VM_IN_TRANSITION);
+        assert_eq!(v.next_change, Some(at(15 * 60)));
+        let v = r.seen(15 * 60, &vm(state));
+        assert_verdict(&v, Status::False, reason::VM_STUCK_IN_TRANSITION);
+    }
+}
+
+#[test]
+fn a_transition_of_a_machine_with_a_node_is_never_false() {
+    let mut r = Run::new();
+    r.m.has_node = true;
+    let v = r.poll_range(0, 3600, |_| vm(VmState::Stopping));
+    assert_verdict(&v, Status::Unknown, reason::VM_IN_TRANSITION);
+}
+
+#[test]
+fn migrating_and_unrecognized_states_are_never_false() {
+    let mut r = Run::new();
+    let v = r.poll_range(0, 7200, |_| vm(VmState::Migrating));
+    assert_verdict(&v, Status::Unknown, reason::VM_MIGRATING);
+    for state in [VmState::Unknown, VmState::Other("Hibernating".into())] {
+        let mut r = Run::new();
+        let v = r.poll_range(0, 7200, |_| vm(state.clone()));
+        assert_verdict(&v, Status::Unknown, reason::VM_STATE_UNRECOGNIZED);
+    }
+}
+
+fn on_offline_host(tx: u64) -> VirtualMachine {
+    let mut v = running(tx);
+    v.hostcontrolstate = Some(HostControlState::Offline);
+    v
+}
+
+#[test]
+fn host_offline_is_unknown_within_its_grace_then_false() {
+    let mut r = Run::new();
+    let v = r.poll_range(0, 9 * 60 + 30, |_| on_offline_host(100));
+    assert_verdict(&v, Status::Unknown, reason::HOST_UNREACHABLE);
+    let v = r.seen(10 * 60, &on_offline_host(100));
+    assert_verdict(&v, Status::False, reason::HOST_UNREACHABLE);
+}
+
+#[test]
+fn host_offline_with_a_node_is_never_false() {
+    let mut r = Run::new();
+    r.m.has_node = true;
+    let v = r.poll_range(0, 3600, |_| on_offline_host(100));
+    assert_verdict(&v, Status::Unknown, reason::HOST_UNREACHABLE);
+}
+
+#[test]
+fn a_host_coming_back_does_not_make_flat_traffic_look_silent() {
+    let mut r = Run::new();
+    r.poll_range(0, 120, |t| running(100 + t as u64));
+    // Offline for 8 minutes: the counter cannot move while stats are not collected.
+    r.poll_range(150, 630, |_| on_offline_host(220));
+    let v = r.seen(660, &running(220));
+    assert_eq!(v.status, Status::True, "{v:?}");
+    // It rises again at the next stats sample.
+    let v = r.poll_range(690, 900, |t| running(220 + t as u64));
+    assert_verdict(&v, Status::True, reason::VM_HEALTHY);
+}
+
+#[test]
+fn no_nic_turns_false_after_two_minutes() {
+    let mut r = Run::new();
+    let detached = || {
+        let mut v = running(100);
+        v.nics.clear();
+        v
+    };
+    let v = r.poll_range(0, 90, |_| detached());
+    assert_verdict(&v, Status::Unknown, reason::NIC_DETACHED);
+    assert_verdict(
+        &r.seen(120, &detached()),
+        Status::False,
+        reason::NIC_DETACHED,
+    );
+}
+
+#[test]
+fn no_default_nic_among_several_is_detached() {
+    let mut r = Run::new();
+    let mut v = running(100);
+    let mut second = nic(Some("10.2.2.2"));
+    second.isdefault = false;
+    v.nics[0].isdefault = false;
+    v.nics.push(second);
+    r.poll_range(0, 90, |_| v.clone());
+    assert_verdict(&r.seen(120, &v), Status::False, reason::NIC_DETACHED);
+}
+
+#[test]
+fn a_nic_without_address_turns_false_after_five_minutes_but_l2_is_fine() {
+    let mut r = Run::new();
+    let mut v = running(100);
+    v.nics[0].ipaddress = None;
+    let verdict = r.poll_range(0, 270, |_| v.clone());
+    assert_verdict(&verdict, Status::Unknown, reason::NIC_NO_ADDRESS);
+    assert_verdict(&r.seen(300, &v), Status::False, reason::NIC_NO_ADDRESS);
+
+    let mut r = Run::new();
+    let mut l2 = running(100);
+    l2.nics[0].ipaddress = None;
+    l2.nics[0].network_type = Some("L2".into());
+    let verdict = r.poll_range(0, 900, |t| {
+        let mut v = l2.clone();
+        v.networkkbswrite = Some(100 + t as u64);
+        v
+    });
+    assert_verdict(&verdict, Status::True, reason::VM_HEALTHY);
+}
+
+#[test]
+fn flat_guest_traffic_without_a_node_turns_false_after_the_sample_window() {
+    let mut r = Run::new();
+    // Window without usage history: (3 samples + 1) × 60 s = 240 s of flat counter.
+    let v = r.poll_range(0, 210, |_| running(512));
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    assert_eq!(v.next_change, Some(at(240)));
+    let v = r.seen(240, &running(512));
+    assert_verdict(&v, Status::False, reason::GUEST_NETWORK_SILENT);
+}
+
+#[test]
+fn flat_traffic_of_a_machine_with_a_node_is_not_judged() {
+    let mut r = Run::new();
+    r.m.has_node = true;
+    let v = r.poll_range(0, 3600, |_| running(512));
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+}
+
+#[test]
+fn slow_boot_with_slowly_rising_traffic_is_never_false() {
+    let mut r = Run::new();
+    // 20 minutes of a trickle: +1 KiB per 60 s stats sample.
+    let v = r.poll_range(0, 20 * 60, |t| running(10 + (t as u64) / 60));
+    assert_verdict(&v, Status::True, reason::VM_HEALTHY);
+    for t in (0..=20 * 60).step_by(30) {
+        assert_ne!(r.verdict(t).status, Status::False);
+    }
+}
+
+#[test]
+fn absent_stats_give_no_traffic_verdict() {
+    let mut r = Run::new();
+    let v = r.poll_range(0, 3600, |_| {
+        let mut v = running(0);
+        v.networkkbswrite = None;
+        v
+    });
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    assert!(v.message.contains("no traffic stats"), "{}", v.message);
+}
+
+fn sample(ts_secs: i64, tx: u64) -> UsageSample {
+    UsageSample {
+        timestamp: Some(CsTime(at(ts_secs))),
+        networkkbswrite: Some(tx),
+        networkkbsread: None,
+    }
+}
+
+#[test]
+fn usage_history_with_flat_fresh_samples_is_silent() {
+    let mut r = Run::new();
+    r.seen(0, &running(300));
+    r.h.record_usage(
+        &[sample(-180, 300), sample(-120, 300), sample(-60, 300)],
+        at(0),
+    );
+    assert_verdict(&r.verdict(0), Status::True, reason::VM_RUNNING);
+    r.h.record_usage(&[sample(0, 300)], at(0));
+    assert_verdict(&r.verdict(0), Status::False, reason::GUEST_NETWORK_SILENT);
+}
+
+#[test]
+fn usage_history_that_stopped_arriving_is_stale_not_silent() {
+    let mut r = Run::new();
+    r.seen(0, &running(300));
+    r.h.record_usage(
+        &[
+            sample(-180, 300),
+            sample(-120, 300),
+            sample(-60, 300),
+            sample(0, 300),
+        ],
+        at(0),
+    );
+    // Five minutes later no newer sample has arrived: stats are stale, no traffic verdict.
+    let v = r.poll_range(30, 300, |_| running(300));
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    assert!(v.message.contains("stale"), "{}", v.message);
+}
+
+#[test]
+fn stale_usage_history_does_not_hide_rising_listing_counters() {
+    let mut r = Run::new();
+    r.seen(0, &running(300));
+    r.h.record_usage(&[sample(-60, 300), sample(0, 300)], at(0));
+    // No further samples are fetched while the listing shows the counter rising.
+    let v = r.poll_range(30, 600, |t| running(300 + t as u64));
+    assert_verdict(&v, Status::True, reason::VM_HEALTHY);
+}
+
+#[test]
+fn usage_history_with_a_rise_is_healthy() {
+    let mut r = Run::new();
+    r.seen(0, &running(300));
+    r.h.record_usage(
+        &[
+            sample(-180, 100),
+            sample(-120, 100),
+            sample(-60, 100),
+            sample(0, 300),
+        ],
+        at(0),
+    );
+    assert_verdict(&r.verdict(0), Status::True, reason::VM_HEALTHY);
+}
+
+#[test]
+fn api_errors_and_stale_polls_are_unknown() {
+    let mut r = Run::new();
+    r.seen(0, &vm(VmState::Error));
+    r.seen(30, &vm(VmState::Error));
+    let v = r.failed(60);
+    assert_verdict(&v, Status::Unknown, reason::CLOUDSTACK_API_UNAVAILABLE);
+    assert!(v.message.contains("429"), "{}", v.message);
+    let mut r = Run::new();
+    r.seen(0, &vm(VmState::Error));
+    r.seen(30, &vm(VmState::Error));
+    // No poll at all for more than 3 intervals.
+    assert_verdict(
+        &r.verdict(30 + 91),
+        Status::Unknown,
+        reason::CLOUDSTACK_API_UNAVAILABLE,
+    );
+}
+
+#[test]
+fn a_machine_without_an_instance_id_gets_no_verdict() {
+    let g = Graces::default();
+    let m = MachineFacts::default();
+    assert_eq!(verdict_for_instance(None, None, &m, &g, at(0)), None);
+    assert_eq!(verdict_for_instance(Some(""), None, &m, &g, at(0)), None);
+    let v = verdict_for_instance(Some("vm-1"), None, &m, &g, at(0)).unwrap();
+    assert_verdict(&v, Status::Unknown, reason::CLOUDSTACK_API_UNAVAILABLE);
+}
+
+#[test]
+fn a_matching_node_without_node_ref_blocks_false() {
+    let mut r = Run::new();
+    r.m.unlinked_node = Some("demo-md-0-a".into());
+    r.seen(0, &vm(VmState::Error));
+    let v = r.seen(30, &vm(VmState::Error));
+    assert_verdict(&v, Status::Unknown, reason::NODE_NOT_LINKED);
+    assert!(v.message.contains("VMError"), "{}", v.message);
+}
+
+#[test]
+fn first_sighting_is_anchored_to_lastupdated_clamped_to_now() {
+    let mut r = Run::new();
+    let mut stopped = vm(VmState::Stopped);
+    stopped.lastupdated = Some(CsTime(at(-600)));
+    assert_verdict(&r.seen(0, &stopped), Status::False, reason::VM_STOPPED);
+    // A CloudStack clock ahead of ours never makes a state older than our observation.
+    let mut r = Run::new();
+    stopped.lastupdated = Some(CsTime(at(3600)));
+    assert_verdict(&r.seen(0, &stopped), Status::Unknown, reason::VM_STOPPED);
+    assert_eq!(r.h.state_since, Some(at(0)));
+}
+
+#[test]
+fn a_moved_lastupdated_restarts_the_state_clock() {
+    let mut r = Run::new();
+    r.g.anchor_to_lastupdated = false;
+    let mut stopped = vm(VmState::Stopped);
+    stopped.lastupdated = Some(CsTime(at(-10)));
+    r.seen(0, &stopped);
+    // Started and stopped again between polls: same state, new lastupdated.
+    stopped.lastupdated = Some(CsTime(at(50)));
+    assert_verdict(&r.seen(60, &stopped), Status::Unknown, reason::VM_STOPPED);
+    assert_verdict(&r.seen(120, &stopped), Status::False, reason::VM_STOPPED);
+}
+
+#[test]
+fn messages_do_not_change_while_the_situation_does_not() {
+    let mut r = Run::new();
+    let a = r.poll_range(0, 300, |_| vm(VmState::Stopped));
+    let b = r.seen(330, &vm(VmState::Stopped));
+    assert_eq!(a, b);
+}
+
+// ---- properties -------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+enum Event {
+    Seen {
+        state: u8,
+        nics: u8,
+        host_offline: bool,
+        tx: Option<u16>,
+    },
+    Absent,
+    Failed,
+}
+
+fn state_of(i: u8) -> VmState {
+    match i % 12 {
+        0 => VmState::Starting,
+        1 => VmState::Running,
+        2 => VmState::Stopping,
+        3 => VmState::Stopped,
+        4 => VmState::Destroyed,
+        5 => VmState::Expunging,
+        6 => VmState::Migrating,
+        7 => VmState::Error,
+        8 => VmState::Unknown,
+        9 => VmState::Shutdown,
+        10 => VmState::Restoring,
+        _ => VmState::Other("Future".into()),
+    }
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        6 => (any::<u8>(), 0u8..4, any::<bool>(), proptest::option::of(any::<u16>()))
+            .prop_map(|(state, nics, host_offline, tx)| Event::Seen { state, nics, host_offline, tx }),
+        2 => Just(Event::Absent),
+        2 => Just(Event::Failed),
+    ]
+}
+
+fn replay(events: &[(Event, u16)], m: &MachineFacts, g: &Graces) -> (VmHistory, Timestamp) {
+    let mut h = VmHistory::new("vm-1");
+    let mut now = t0();
+    for (e, gap) in events {
+        now += SignedDuration::from_secs(i64::from(*gap));
+        match e {
+            Event::Seen {
+                state,
+                nics,
+                host_offline,
+                tx,
+            } => {
+                let mut v = vm(state_of(*state));
+                v.nics = match nics {
+                    0 => vec![],
+                    1 => vec![nic(None)],
+                    _ => vec![nic(Some("10.1.1.10"))],
+                };
+                if *host_offline {
+                    v.hostcontrolstate = Some(HostControlState::Offline);
+                }
+                v.networkkbswrite = tx.map(u64::from);
+                h.record(PollOutcome::Seen(&v), now, g);
+            }
+            Event::Absent => h.record(PollOutcome::Absent, now, g),
+            Event::Failed => h.record(PollOutcome::Failed("timeout"), now, g),
+        }
+        let _ = evaluate(&h, m, g, now);
+    }
+    (h, now)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Whatever happened before, a failed latest poll never yields False.
+    #[test]
+    fn api_trouble_never_yields_false(
+        events in proptest::collection::vec((event(), 1u16..900), 0..40),
+        has_node in any::<bool>(),
+        later in 0u16..3600,
+    ) {
+        let g = Graces::default();
+        let m = MachineFacts { has_node, ..Default::default() };
+        let (mut h, now) = replay(&events, &m, &g);
+        let now = now + SignedDuration::from_secs(30);
+        h.record(PollOutcome::Failed("HTTP 503 from a proxy"), now, &g);
+        let v = evaluate(&h, &m, &g, now + SignedDuration::from_secs(i64::from(later)));
+        prop_assert_eq!(v.status, Status::Unknown);
+        prop_assert_eq!(v.reason, reason::CLOUDSTACK_API_UNAVAILABLE);
+    }
+
+    /// Without a poll for longer than the staleness bound, nothing is False either.
+    #[test]
+    fn stale_observations_never_yield_false(
+        events in proptest::collection::vec((event(), 1u16..900), 1..40),
+        extra in 1i64..100_000,
+    ) {
+        let g = Graces::default();
+        let m = MachineFacts::default();
+        let (h, _) = replay(&events, &m, &g);
+        let last = h.last_success.unwrap_or(t0());
+        let v = evaluate(&h, &m, &g, last + g.stale_after() + SignedDuration::from_secs(extra));
+        prop_assert_ne!(v.status, Status::False);
+    }
+
+    /// `lastTransitionTime` moves exactly when the status changes.
+    #[test]
+    fn transition_time_only_moves_with_the_status(
+        steps in proptest::collection::vec((0u8..3, 0usize..4, 1u16..600), 1..60),
+    ) {
+        let reasons = [reason::VM_HEALTHY, reason::VM_RUNNING, reason::VM_ERROR, reason::HOST_UNREACHABLE];
+        let mut now = t0();
+        let mut prev: Option<condition::ConditionState> = None;
+        for (s, r, gap) in steps {
+            now += SignedDuration::from_secs(i64::from(gap));
+            let status = [Status::True, Status::False, Status::Unknown][usize::from(s)];
+            let v = Verdict::new(status, reasons[r], format!("m{r}"));
+            let next = condition::next_condition(prev.as_ref(), "CloudStackVMHealthy", &v, now);
+            match &prev {
+                Some(p) if p.status == next.status => {
+                    prop_assert_eq!(p.last_transition_time, next.last_transition_time)
+                }
+                _ => prop_assert_eq!(next.last_transition_time, condition::whole_seconds(now)),
+            }
+            prev = Some(next);
+        }
+    }
+}
+
+/// Several VMs on one host, polled together, with the paused-collection check of every poll.
+struct Host {
+    vms: Vec<VmHistory>,
+    g: Graces,
+}
+
+impl Host {
+    fn new(n: usize) -> Self {
+        Self {
+            vms: (0..n).map(|i| VmHistory::new(format!("vm-{i}"))).collect(),
+            g: Graces::default(),
+        }
+    }
+
+    /// One poll at `secs` with each VM's counter; returns each VM's verdict.
+    fn poll(&mut self, secs: i64, counters: &[u64]) -> Vec<Verdict> {
+        for (h, tx) in self.vms.iter_mut().zip(counters) {
+            h.record(PollOutcome::Seen(&running(*tx)), at(secs), &self.g);
+        }
+        super::mark_paused_collections(self.vms.iter_mut(), &self.g, at(secs));
+        self.vms
+            .iter()
+            .map(|h| evaluate(h, &MachineFacts::default(), &self.g, at(secs)))
+            .collect()
+    }
+}
+
+/// A steady guest's counter as the stats collector reports it: +10 KiB per 60 s sample, frozen
+/// while the collector does not read the host (the counter is cumulative, so it catches up).
+fn collected(secs: i64, paused: std::ops::Range<i64>) -> u64 {
+    let read_at = if paused.contains(&secs) {
+        paused.start
+    } else {
+        secs
+    };
+    100 + 10 * (read_at / 60) as u64
+}
+
+#[test]
+fn a_host_whose_stats_collection_pauses_is_not_a_host_of_silent_guests() {
+    let mut host = Host::new(3);
+    let pause = 600..1080; // 8 minutes without a collection for this host
+    let mut paused_messages = 0;
+    for t in (0..=1800).step_by(30) {
+        let c = collected(t, pause.clone());
+        for v in host.poll(t, &[c, c + 5, c + 7]) {
+            assert_ne!(v.status, Status::False, "at {t}s: {v:?}");
+            paused_messages += usize::from(v.message.contains("looks paused"));
+        }
+    }
+    assert!(paused_messages > 0, "the pause was never recognised");
+}
+
+#[test]
+fn a_silent_guest_next_to_steady_ones_still_turns_false() {
+    let mut host = Host::new(3);
+    let mut first_false = None;
+    for t in (0..=900).step_by(30) {
+        let c = collected(t, 0..0);
+        // vm-2 sends until 300 s, then nothing.
+        let quiet = collected(t.min(300), 0..0);
+        let v = host.poll(t, &[c, c, quiet]);
+        assert_ne!(v[0].status, Status::False);
+        assert_ne!(v[1].status, Status::False);
+        if v[2].status == Status::False && first_false.is_none() {
+            first_false = Some(t);
+            assert_eq!(v[2].reason, reason::GUEST_NETWORK_SILENT);
+        }
+    }
+    let t = first_false.expect("the silent guest was never judged");
+    assert!((540..=600).contains(&t), "False at {t}s");
+}
+
+#[test]
+fn flat_time_seen_before_a_pause_is_still_evidence() {
+    // vm-2 never sent anything after boot; its silence was seen while the collector still read
+    // the host, so the later pause does not take its verdict back.
+    let mut host = Host::new(3);
+    let pause = 600..1080;
+    for t in (0..=1200).step_by(30) {
+        let c = collected(t, pause.clone());
+        let v = host.poll(t, &[c, c, 50]);
+        if t >= 300 {
+            assert_eq!(v[2].status, Status::False, "at {t}s: {v:?}");
+        }
+    }
+}
+
+#[test]
+fn a_guest_that_died_during_a_pause_is_judged_once_collection_resumes() {
+    let mut host = Host::new(3);
+    let pause = 600..1080;
+    let mut first_false = None;
+    for t in (0..=1500).step_by(30) {
+        let c = collected(t, pause.clone());
+        // vm-2 stops sending when the pause begins; its counter stays at the last collection.
+        let died = collected(t.min(pause.start), 0..0);
+        let v = host.poll(t, &[c, c, died]);
+        if v[2].status == Status::False && first_false.is_none() {
+            first_false = Some(t);
+        }
+    }
+    let t = first_false.expect("never judged");
+    // Not during the pause; as soon as a rise shows the collector reads the host again.
+    assert!((1080..=1140).contains(&t), "False at {t}s");
+}
+
+#[test]
+fn a_published_false_stands_for_the_confirming_poll_after_a_restart() {
+    // A fresh history (a restarted shim, a new leader) sees the VM in Error once.
+    let mut r = Run::new();
+    let v = r.seen(0, &vm(VmState::Error));
+    assert_verdict(&v, Status::Unknown, reason::VM_ERROR);
+    // The Machine already carries the predecessor's False/VMError: the verdict stands.
+    r.h.credit_published_false(reason::VM_ERROR, &r.g);
+    assert_verdict(&r.verdict(0), Status::False, reason::VM_ERROR);
+
+    // Only for the same evidence: a VM that is Running now gets no credit.
+    let mut r = Run::new();
+    r.seen(0, &running(100));
+    r.h.credit_published_false(reason::VM_ERROR, &r.g);
+    assert_ne!(r.verdict(0).status, Status::False);
+
+    // Not while the latest poll failed.
+    let mut r = Run::new();
+    r.seen(0, &vm(VmState::Error));
+    r.failed(30);
+    r.h.credit_published_false(reason::VM_ERROR, &r.g);
+    assert_verdict(
+        &r.verdict(30),
+        Status::Unknown,
+        reason::CLOUDSTACK_API_UNAVAILABLE,
+    );
+
+    // VMNotFound: the first complete listing without the VM confirms the published verdict.
+    let mut r = Run::new();
+    assert_verdict(&r.absent(0), Status::Unknown, reason::VM_NOT_FOUND);
+    r.h.credit_published_false(reason::VM_NOT_FOUND, &r.g);
+    assert_verdict(&r.verdict(0), Status::False, reason::VM_NOT_FOUND);
+    // ... but not a VM that is back in the listing.
+    let mut r = Run::new();
+    r.seen(0, &running(100));
+    r.h.credit_published_false(reason::VM_NOT_FOUND, &r.g);
+    assert_ne!(r.verdict(0).status, Status::False);
+}
+
+#[test]
+fn slow_polls_do_not_make_a_rising_counter_look_idle() {
+    // A big fleet behind the rate limit: polls every 90 s instead of 30 s, stats every 60 s.
+    let mut r = Run::new();
+    for (i, t) in (0..=900).step_by(90).enumerate() {
+        r.seen(t, &running(100 + i as u64 * 10));
+    }
+    // 150 s after the last rise: older than 2 stats intervals + the nominal 30 s poll, but
+    // within 2 stats intervals + the 90 s the polls actually take.
+    let now = at(900 + 150);
+    assert!(super::engine::rose_recently(&r.h.traffic, &r.g, now));
+    assert!(!super::engine::rose_recently(
+        &r.h.traffic,
+        &r.g,
+        at(900 + 211)
+    ));
+    // The cap: a poll gap beyond the stale-poll age does not stretch the window further.
+    let mut r = Run::new();
+    r.seen(0, &running(100));
+    r.seen(30, &running(110));
+    r.seen(600, &running(120));
+    assert!(!super::engine::rose_recently(
+        &r.h.traffic,
+        &r.g,
+        at(600 + 211)
+    ));
+}
+
+#[test]
+fn a_rise_seen_across_a_gap_is_activity_but_a_flat_counter_starts_over() {
+    // Polls 120 s apart (beyond the 90 s stale-poll age, e.g. a huge fleet behind a rate limit).
+    let mut r = Run::new();
+    let mut v = r.seen(0, &running(100));
+    for (i, t) in (120..=600).step_by(120).enumerate() {
+        v = r.seen(t, &running(200 + i as u64 * 10));
+        assert!(
+            super::engine::rose_recently(&r.h.traffic, &r.g, at(t)),
+            "at {t}s"
+        );
+    }
+    assert_verdict(&v, Status::True, reason::VM_HEALTHY);
+    // The same counter flat across such a gap gives no silence verdict right away.
+    let v = r.seen(720, &running(240));
+    assert_ne!(v.status, Status::False);
+    assert_eq!(r.h.traffic.flat_since, Some(at(720)));
+}

@@ -1,0 +1,201 @@
+//! Phase 3 of a cycle, decide: each target becomes a [`Subject`] of the one decision pipeline
+//! ([`crate::verdict::decide`], the same `check` and the benches run). The only I/O is the
+//! NodeNotLinked lookup between the pipeline's two passes: a Node-less Machine about to turn
+//! `False` whose VM matches a workload Node must never be published `False` — in condition mode
+//! the MHC acts on `False` itself — so the workload clusters of exactly those Machines are asked
+//! (each at most once per cycle), and the pipeline runs again with what they said.
+
+use std::collections::{BTreeMap, HashMap};
+
+use jiff::Timestamp;
+
+use super::cycle::{Controller, CycleSummary};
+use super::gather::Gathered;
+use super::kube_io;
+use super::targets::{Target, TargetProblem};
+use crate::cli::to_std;
+use crate::k8s::objects::matching_node;
+use crate::verdict::{
+    decide, ConditionState, Decision, Evidence, MachineFacts, Status, Subject, Verdict,
+};
+
+/// The reason for Machines whose CloudStack credentials cannot be had.
+pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
+
+/// What the decide phase concluded, per target (in target order).
+pub(super) struct Decided {
+    /// The condition to publish (unchanged ones included).
+    pub conditions: Vec<Option<ConditionState>>,
+    /// Targets held by the NodeNotLinked guard → the Node that matches their VM.
+    pub unlinked: BTreeMap<usize, String>,
+}
+
+/// A verdict that needs no history: the target cannot be polled.
+fn unavailable(t: &Target, g: &Gathered) -> Option<Verdict> {
+    if let Some(TargetProblem::NoFailureDomain(fd)) = &t.problem {
+        return Some(Verdict::new(
+            Status::Unknown,
+            CREDENTIALS_UNAVAILABLE,
+            format!(
+                "failure domain {fd} (and so the CloudStack endpoint and its Secret) not found"
+            ),
+        ));
+    }
+    let e = g.credential_errors.get(t.endpoint.as_ref()?)?;
+    Some(Verdict::new(
+        Status::Unknown,
+        CREDENTIALS_UNAVAILABLE,
+        e.clone(),
+    ))
+}
+
+impl Controller {
+    pub(super) async fn decide(
+        &mut self,
+        g: &Gathered,
+        now: Timestamp,
+        summary: &mut CycleSummary,
+    ) -> Decided {
+        self.carry_over_published(g);
+        let fixed: Vec<Option<Verdict>> = g.targets.iter().map(|t| unavailable(t, g)).collect();
+        let mut subjects = self.subjects(g, &fixed);
+        let mut decision = decide(&subjects, &self.graces, &self.guard, now);
+        let unlinked = self.unlinked_nodes(g, &decision, &subjects).await;
+        if !unlinked.is_empty() {
+            for (&i, node) in &unlinked {
+                subjects[i].facts.unlinked_node = Some(node.clone());
+            }
+            decision = decide(&subjects, &self.graces, &self.guard, now);
+        }
+        let conditions = decision.conditions(&subjects, &self.args.condition_type, now);
+        drop(subjects);
+        self.record_guard(&decision, summary);
+        Decided {
+            conditions,
+            unlinked,
+        }
+    }
+
+    /// What the Machines already carry feeds the fresh histories of a restarted shim or a new
+    /// leader: CAPC's record of when the VM state last changed (graces do not start over), and
+    /// a published `False` (its confirming polls need not be repeated).
+    fn carry_over_published(&mut self, g: &Gathered) {
+        for t in &g.targets {
+            let (Some(key), Some(id)) = (g.scope_key(t), &t.instance_id) else {
+                continue;
+            };
+            let Some(history) = self
+                .scopes
+                .get_mut(key)
+                .and_then(|s| s.observer.histories.get_mut(id))
+            else {
+                continue;
+            };
+            if let (Some(state), Some(since), Some(seen)) =
+                (&t.csm_state, t.csm_state_since, &history.sighting)
+            {
+                if seen.state.as_str() == state {
+                    history.anchor_state_since(since);
+                }
+            }
+            if let Some(current) = t.current.as_ref().filter(|c| c.status == Status::False) {
+                history.credit_published_false(&current.reason, &self.graces);
+            }
+        }
+    }
+
+    fn subjects<'a>(&'a self, g: &'a Gathered, fixed: &'a [Option<Verdict>]) -> Vec<Subject<'a>> {
+        g.targets
+            .iter()
+            .zip(fixed)
+            .map(|(t, fixed)| {
+                let scope = g.scope_key(t);
+                let history = scope
+                    .zip(t.instance_id.as_ref())
+                    .and_then(|(key, id)| self.scopes.get(key)?.observer.histories.get(id));
+                let evidence = match (&t.problem, fixed, history) {
+                    (
+                        Some(TargetProblem::NoCloudStackMachine(_) | TargetProblem::NoInstanceId),
+                        _,
+                        _,
+                    ) => Evidence::None,
+                    (_, Some(v), _) => Evidence::Unavailable(v),
+                    (_, None, Some(h)) => Evidence::Observed(h),
+                    (_, None, None) => Evidence::None,
+                };
+                Subject {
+                    scope: scope.map(String::as_str),
+                    evidence,
+                    facts: MachineFacts {
+                        has_node: t.machine.has_node_ref,
+                        deleting: t.machine.deleting,
+                        unlinked_node: None,
+                    },
+                    published: t.current.as_ref(),
+                }
+            })
+            .collect()
+    }
+
+    /// The NodeNotLinked lookup: for each subject the pipeline would turn `False` without a
+    /// Node, a workload Node matching its VM (by name or InternalIP) — index → Node name. When
+    /// a workload cluster cannot be asked the verdict stands (the guard holds only on a match).
+    async fn unlinked_nodes(
+        &self,
+        g: &Gathered,
+        decision: &Decision,
+        subjects: &[Subject<'_>],
+    ) -> BTreeMap<usize, String> {
+        let mut nodes_of: HashMap<(String, String), Option<Vec<serde_json::Value>>> =
+            HashMap::new();
+        let mut out = BTreeMap::new();
+        for i in decision.needing_node_lookup(subjects) {
+            let t = &g.targets[i];
+            let cluster = (t.machine.namespace.clone(), t.machine.cluster_name.clone());
+            if !nodes_of.contains_key(&cluster) {
+                let nodes = kube_io::workload_nodes(
+                    &self.client,
+                    &cluster.0,
+                    &cluster.1,
+                    to_std(self.args.workload_timeout),
+                )
+                .await
+                .inspect_err(|e| tracing::debug!(error = %e, "NodeNotLinked check skipped"))
+                .ok();
+                nodes_of.insert(cluster.clone(), nodes);
+            }
+            let Some(Some(nodes)) = nodes_of.get(&cluster) else {
+                continue;
+            };
+            let addresses: Vec<String> = match subjects[i].evidence {
+                Evidence::Observed(h) => h
+                    .sighting
+                    .as_ref()
+                    .map(|s| s.addresses.clone())
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            if let Some(node) = matching_node(nodes, &t.machine.name, &addresses) {
+                out.insert(i, node.to_string());
+            }
+        }
+        out
+    }
+
+    /// The mass-failure guard's outcome per scope, into metrics, `/status` and the summary.
+    fn record_guard(&mut self, decision: &Decision, summary: &mut CycleSummary) {
+        for (key, (outcome, members)) in &decision.scopes {
+            self.metrics.set_mass_failure_held(key, outcome.held);
+            if let Some(s) = self.scopes.get_mut(key) {
+                s.report.held = outcome.held;
+                s.report.machines = *members;
+            }
+            if outcome.held {
+                summary.problems.push(format!(
+                    "mass-failure guard holds scope {key}: {} of {} Machines failing",
+                    outcome.failing, outcome.total
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! Phase 1 of a cycle, gather: the watched objects joined into targets (with our own last
+//! writes laid over a lagging cache), each target's CloudStack endpoint read from its Secret,
+//! and one [`ScopeState`] per endpoint scope, kept between cycles with its client and the VM
+//! histories.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+
+use jiff::{SignedDuration, Timestamp};
+
+use super::cycle::{Controller, CycleSummary, Written};
+use super::kube_io;
+use super::targets::{self, EndpointRef, Objects, Target};
+use crate::cli::to_std;
+use crate::cloudstack::client::{ClientConfig, CloudStackClient};
+use crate::cloudstack::ratelimit::RateLimit;
+use crate::scope::ScopeObserver;
+use crate::status::ScopeReport;
+use crate::verdict::{ConditionState, VmHistory};
+
+/// One CloudStack scope (endpoint × project × zone): its client, the histories of the VMs
+/// polled through it, and what `/status` shows of it.
+pub(super) struct ScopeState {
+    pub client: CloudStackClient,
+    fingerprint: u64,
+    pub observer: ScopeObserver,
+    pub usage_history: bool,
+    pub report: ScopeReport,
+    /// The project and zone its listing is filtered by.
+    pub endpoint: EndpointRef,
+    /// Some Machine of this cycle is polled through this scope.
+    pub in_use: bool,
+    last_in_use: Timestamp,
+    /// Failed polls in a row, for the back-off.
+    pub failed_polls: u32,
+}
+
+/// How long a scope no Machine uses keeps its histories: a Secret deleted and recreated (or a
+/// failure domain briefly gone) must not restart every grace.
+const SCOPE_RETENTION: SignedDuration = SignedDuration::from_hours(1);
+
+/// What the gather phase found.
+pub(super) struct Gathered {
+    pub targets: Vec<Target>,
+    /// The scope key each usable endpoint is polled through.
+    pub scope_of: HashMap<EndpointRef, String>,
+    /// Endpoints whose credentials cannot be had, with why (no Secret values in it).
+    pub credential_errors: HashMap<EndpointRef, String>,
+}
+
+impl Gathered {
+    /// The scope key of a target, when its endpoint is usable.
+    pub fn scope_key(&self, t: &Target) -> Option<&String> {
+        t.endpoint.as_ref().and_then(|e| self.scope_of.get(e))
+    }
+}
+
+/// What the client configuration depends on, so a changed Secret gets a new client.
+fn fingerprint(data: &BTreeMap<String, String>) -> u64 {
+    let mut h = DefaultHasher::new();
+    for k in ["api-url", "api-key", "secret-key", "verify-ssl"] {
+        data.get(k).hash(&mut h);
+    }
+    h.finish()
+}
+
+fn scope_key(api_url: &str, e: &EndpointRef) -> String {
+    format!(
+        "{api_url} project={} zone={}",
+        e.project.as_deref().unwrap_or("-"),
+        e.zone_id.as_deref().unwrap_or("-")
+    )
+}
+
+impl Controller {
+    pub(super) async fn gather(&mut self, now: Timestamp, summary: &mut CycleSummary) -> Gathered {
+        let mut targets = targets::build(
+            &Objects {
+                machines: &self.stores.machines.state(),
+                cloudstack_machines: &self.stores.cloudstack_machines.state(),
+                failure_domains: &self.stores.failure_domains.state(),
+                clusters: &self.stores.clusters.state(),
+                health_checks: &self.stores.health_checks.state(),
+            },
+            &self.args.namespaces,
+        );
+        summary.machines = targets.len();
+        self.lay_our_writes_over(&mut targets);
+
+        let mut by_endpoint: BTreeMap<EndpointRef, Vec<String>> = BTreeMap::new();
+        for t in &targets {
+            if let (Some(e), Some(id), None) = (&t.endpoint, &t.instance_id, &t.problem) {
+                by_endpoint.entry(e.clone()).or_default().push(id.clone());
+            }
+        }
+        for scope in self.scopes.values_mut() {
+            scope.in_use = false;
+        }
+        let mut scope_of = HashMap::new();
+        let mut credential_errors = HashMap::new();
+        for (endpoint, ids) in &by_endpoint {
+            match self.scope_for(endpoint, now).await {
+                Ok(key) => {
+                    let scope = self.scopes.get_mut(&key).expect("scope_for keeps it");
+                    track_exactly(&mut scope.observer, ids);
+                    scope_of.insert(endpoint.clone(), key);
+                }
+                Err(e) => {
+                    summary.problems.push(e.clone());
+                    credential_errors.insert(endpoint.clone(), e);
+                }
+            }
+        }
+        self.scopes
+            .retain(|_, s| s.in_use || now.duration_since(s.last_in_use) < SCOPE_RETENTION);
+        summary.scopes = self.scopes.values().filter(|s| s.in_use).count();
+        Gathered {
+            targets,
+            scope_of,
+            credential_errors,
+        }
+    }
+
+    /// The watch cache can lag behind our own writes: while it still shows the version a write
+    /// of ours was based on, that write is what the Machine carries.
+    fn lay_our_writes_over(&mut self, targets: &mut [Target]) {
+        let live: BTreeSet<&String> = targets
+            .iter()
+            .filter_map(|t| t.machine.uid.as_ref())
+            .collect();
+        self.written.retain(|uid, _| live.contains(uid));
+        for t in targets.iter_mut() {
+            let Some(uid) = t.machine.uid.as_ref() else {
+                continue;
+            };
+            let (current, lagging) = current_condition(
+                t.current.as_ref(),
+                t.machine.resource_version.as_deref(),
+                self.written.get(uid),
+            );
+            if lagging {
+                t.current = current.cloned();
+            } else {
+                self.written.remove(uid);
+            }
+        }
+    }
+
+    /// The scope `endpoint` is polled through (created, or given a new client when its Secret
+    /// changed), marked in use. `Err` says why its credentials cannot be had.
+    async fn scope_for(
+        &mut self,
+        endpoint: &EndpointRef,
+        now: Timestamp,
+    ) -> Result<String, String> {
+        let (data, cfg) = self.credentials(endpoint).await?;
+        let key = scope_key(cfg.api_url.as_str(), endpoint);
+        let fp = fingerprint(&data);
+        if self.scopes.get(&key).is_none_or(|s| s.fingerprint != fp) {
+            let client = CloudStackClient::new(cfg).map_err(|e| {
+                format!(
+                    "Secret {}/{}: {e}",
+                    endpoint.secret_namespace, endpoint.secret_name
+                )
+            })?;
+            // A new client keeps the histories: a rotated key must not restart every grace.
+            let observer = self
+                .scopes
+                .remove(&key)
+                .map(|s| s.observer)
+                .unwrap_or_else(|| ScopeObserver::tracking(Vec::new()));
+            let report = ScopeReport {
+                key: key.clone(),
+                api_url: client.api_url().to_string(),
+                ..Default::default()
+            };
+            self.scopes.insert(
+                key.clone(),
+                ScopeState {
+                    client,
+                    fingerprint: fp,
+                    observer,
+                    usage_history: true,
+                    report,
+                    endpoint: endpoint.clone(),
+                    in_use: true,
+                    last_in_use: now,
+                    failed_polls: 0,
+                },
+            );
+        }
+        let scope = self.scopes.get_mut(&key).expect("present");
+        scope.in_use = true;
+        scope.last_in_use = now;
+        Ok(key)
+    }
+
+    /// Reads the endpoint's Secret (and the operator's override for that URL) into a client
+    /// configuration. Errors name Secrets and keys, never values.
+    async fn credentials(
+        &self,
+        e: &EndpointRef,
+    ) -> Result<(BTreeMap<String, String>, ClientConfig), String> {
+        let timeout = to_std(self.args.kube_timeout);
+        let mut data =
+            kube_io::secret_data(&self.client, &e.secret_namespace, &e.secret_name, timeout)
+                .await
+                .map_err(|err| err.to_string())?;
+        if let Some(url) = data.get("api-url").map(|u| u.trim().to_string()) {
+            if let Some(o) = self
+                .args
+                .endpoint_credentials
+                .iter()
+                .find(|o| o.api_url == url)
+            {
+                let over = kube_io::secret_data(&self.client, &o.namespace, &o.name, timeout)
+                    .await
+                    .map_err(|err| err.to_string())?;
+                for k in ["api-key", "secret-key", "verify-ssl"] {
+                    if let Some(v) = over.get(k) {
+                        data.insert(k.to_string(), v.clone());
+                    }
+                }
+            }
+        }
+        let mut cfg = ClientConfig::from_secret_data(&data)
+            .map_err(|err| format!("Secret {}/{}: {err}", e.secret_namespace, e.secret_name))?;
+        cfg.request_timeout = to_std(self.args.request_timeout);
+        cfg.rate_limit = (self.args.rate_limit > 0.0).then(|| RateLimit {
+            per_second: self.args.rate_limit,
+            burst: (self.args.rate_limit.ceil() as u32).max(1) * 2,
+        });
+        Ok((data, cfg))
+    }
+}
+
+/// What the Machine's condition is, given the watch cache's view and our last write: while the
+/// cache still shows the version our write was based on, it lags and our write is newer; once
+/// it shows any other version, the cache is the truth — even if another writer dropped or
+/// changed our condition (then it is written again).
+fn current_condition<'a>(
+    cached: Option<&'a ConditionState>,
+    cached_version: Option<&str>,
+    written: Option<&'a Written>,
+) -> (Option<&'a ConditionState>, bool) {
+    match written {
+        Some(w) if w.based_on.as_deref() == cached_version => (Some(&w.condition), true),
+        _ => (cached, false),
+    }
+}
+
+/// Tracks exactly `ids` in `observer`: new ones get an empty history, gone ones are dropped.
+fn track_exactly(observer: &mut ScopeObserver, ids: &[String]) {
+    let wanted: BTreeSet<&String> = ids.iter().collect();
+    observer.histories.retain(|id, _| wanted.contains(id));
+    for id in ids {
+        observer
+            .histories
+            .entry(id.clone())
+            .or_insert_with(|| VmHistory::new(id.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verdict::{reason, Status};
+
+    fn condition(status: Status, reason: &'static str) -> ConditionState {
+        ConditionState {
+            type_: "CloudStackVMHealthy".into(),
+            status,
+            reason: reason.into(),
+            message: String::new(),
+            last_transition_time: "2026-12-01T00:00:00Z".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn our_write_counts_only_while_the_cache_lags_behind_it() {
+        let ours = Written {
+            condition: condition(Status::False, reason::VM_ERROR),
+            based_on: Some("41".into()),
+        };
+        let cached = condition(Status::True, reason::VM_HEALTHY);
+        // The cache still shows the version we wrote on top of: ours is newer.
+        let (c, lagging) = current_condition(Some(&cached), Some("41"), Some(&ours));
+        assert!(lagging);
+        assert_eq!(c, Some(&ours.condition));
+        // The cache moved on (our write, or someone's after it): it is the truth, also when
+        // another writer dropped our condition.
+        let (c, lagging) = current_condition(None, Some("57"), Some(&ours));
+        assert!(!lagging);
+        assert_eq!(c, None);
+        let (c, _) = current_condition(Some(&cached), Some("57"), None);
+        assert_eq!(c, Some(&cached));
+    }
+
+    #[test]
+    fn tracking_follows_the_targets_of_the_cycle() {
+        let mut o = ScopeObserver::tracking(vec!["a".to_string(), "b".to_string()]);
+        track_exactly(&mut o, &["b".to_string(), "c".to_string()]);
+        let mut ids: Vec<&String> = o.histories.keys().collect();
+        ids.sort();
+        assert_eq!(ids, ["b", "c"]);
+    }
+}

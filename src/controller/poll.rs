@@ -1,0 +1,174 @@
+//! Phase 2 of a cycle, poll: one listing per scope in use (skipping scopes in back-off), folded
+//! into the VM histories, then a paused stats collection marked per CloudStack over all its
+//! scopes. Each scope poll runs in its own tracing span and is timed in metrics.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use tracing::Instrument;
+
+use super::cycle::Controller;
+use super::gather::ScopeState;
+use crate::cloudstack::client::VmListQuery;
+use crate::verdict::{Graces, VmHistory};
+
+/// Poll intervals to wait after `failed` polls of a scope failed in a row: 1, 2, then 4 — fewer
+/// calls into an outage or a 429 storm (each poll retries already), without going blind for long.
+pub fn backoff_intervals(failed: u32) -> i32 {
+    1 << failed.saturating_sub(1).min(2)
+}
+
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36 && s.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+}
+
+/// The listing of a scope: its zone, and its project — a project name cannot be sent as
+/// `projectid`, so then every project the key sees (`-1`) is listed and matched by VM id,
+/// which is what decides anyway.
+fn query_of(scope: &ScopeState) -> VmListQuery {
+    VmListQuery {
+        project_id: scope.endpoint.project.clone().map(|p| {
+            if is_uuid(&p) {
+                p
+            } else {
+                "-1".to_string()
+            }
+        }),
+        zone_id: scope.endpoint.zone_id.clone(),
+        ..Default::default()
+    }
+}
+
+impl Controller {
+    pub(super) async fn poll(&mut self, now: Timestamp) {
+        for (key, scope) in self.scopes.iter_mut() {
+            let backing_off = scope.report.next_poll.is_some_and(|due| now < due);
+            if !scope.in_use || backing_off {
+                continue;
+            }
+            let started = std::time::Instant::now();
+            let calls_before = scope.client.stats();
+            let query = query_of(scope);
+            poll_scope(scope, &query, &self.graces, now)
+                .instrument(tracing::info_span!("scope_poll", scope = %key))
+                .await;
+            self.metrics
+                .observe_poll(key, started.elapsed().as_secs_f64());
+            let after = scope.client.stats();
+            for ((command, outcome), n) in &after.by_command {
+                let before = calls_before
+                    .by_command
+                    .get(&(command.clone(), outcome.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                if *n > before {
+                    self.metrics.record_calls(command, outcome, n - before);
+                }
+            }
+            let waited = after
+                .rate_limit_wait
+                .saturating_sub(calls_before.rate_limit_wait);
+            self.metrics.record_rate_limit_wait(waited.as_secs_f64());
+        }
+        self.mark_paused_collections(now);
+    }
+
+    /// A host whose stats collection paused makes all its VMs look flat at once; judge each
+    /// CloudStack's hosts over all of its scopes.
+    fn mark_paused_collections(&mut self, now: Timestamp) {
+        let mut by_cloud: BTreeMap<String, Vec<&mut VmHistory>> = BTreeMap::new();
+        for scope in self.scopes.values_mut().filter(|s| s.in_use) {
+            by_cloud
+                .entry(scope.report.api_url.clone())
+                .or_default()
+                .extend(scope.observer.histories.values_mut());
+        }
+        for (api_url, histories) in by_cloud {
+            for p in crate::verdict::mark_paused_collections(histories, &self.graces, now) {
+                tracing::debug!(
+                    api_url = %api_url,
+                    host = p.host_id.as_deref().unwrap_or("(no host id)"),
+                    since = %p.since,
+                    witnesses = p.witnesses,
+                    vms = p.vms,
+                    "stats collection looks paused; flat traffic there is no evidence"
+                );
+            }
+        }
+    }
+}
+
+async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces, now: Timestamp) {
+    let was_failing = scope.report.last_error.is_some();
+    scope.report.last_poll = Some(now);
+    let o = crate::scope::poll(
+        &scope.client,
+        &mut scope.observer,
+        query,
+        graces,
+        &mut scope.usage_history,
+        now,
+    )
+    .await;
+    match &o.listing_error {
+        Some(e) => scope.report.last_error = Some(e.to_string()),
+        None => {
+            scope.report.last_success = Some(now);
+            scope.report.last_error = (!o.complete).then(|| {
+                format!(
+                    "listing incomplete: {} item(s) could not be read",
+                    o.unreadable
+                )
+            });
+        }
+    }
+    if o.listing_error.is_some() {
+        scope.failed_polls = scope.failed_polls.saturating_add(1);
+        let wait = graces.poll_interval * backoff_intervals(scope.failed_polls);
+        scope.report.next_poll = (scope.failed_polls > 1).then(|| now + wait);
+    } else {
+        scope.failed_polls = 0;
+        scope.report.next_poll = None;
+    }
+    // Say so once when a scope starts failing and once when it recovers, not every cycle.
+    match (&scope.report.last_error, was_failing) {
+        (Some(error), false) => tracing::warn!(
+            scope = %scope.report.key,
+            error = %error,
+            "CloudStack poll failed; this scope's verdicts are Unknown until a poll succeeds"
+        ),
+        (None, true) => {
+            tracing::info!(scope = %scope.report.key, "CloudStack poll succeeded again")
+        }
+        _ => {}
+    }
+    if let Some(note) = &o.usage_history_note {
+        tracing::debug!(note = %note, "usage history");
+    }
+    let stats = scope.client.stats();
+    scope.report.calls_total = stats.calls;
+    scope.report.calls = stats
+        .by_command
+        .iter()
+        .map(|((cmd, outcome), n)| (format!("{cmd}/{outcome}"), *n))
+        .collect();
+    scope.report.rate_limit_wait_seconds = stats.rate_limit_wait.as_secs_f64();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_polls_back_off_to_four_intervals_at_most() {
+        let waits: Vec<i32> = (0..7).map(backoff_intervals).collect();
+        assert_eq!(waits, [1, 1, 2, 4, 4, 4, 4]);
+        assert_eq!(backoff_intervals(u32::MAX), 4);
+    }
+
+    #[test]
+    fn a_project_name_lists_every_project_and_an_id_just_its_own() {
+        assert!(is_uuid("1d8d87d4-1425-459c-8d81-c6f57dca2bd2"));
+        assert!(!is_uuid("team-a"));
+    }
+}

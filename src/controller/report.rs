@@ -1,0 +1,140 @@
+//! Phase 5 of a cycle, report: what each Machine's verdict and escalation are, per cluster,
+//! scope and failure domain, into `/status` and the verdict gauges.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+
+use super::act::EscalationState;
+use super::cycle::{Controller, CycleSummary};
+use super::decide::Decided;
+use super::gather::Gathered;
+use super::targets::{Target, TargetProblem};
+use crate::status::{ClusterReport, FailureDomainReport, MachineReport};
+use crate::verdict::{ConditionState, Status};
+
+impl Controller {
+    pub(super) async fn report(
+        &self,
+        g: &Gathered,
+        d: &Decided,
+        escalations: Vec<EscalationState>,
+        summary: &CycleSummary,
+        now: Timestamp,
+    ) {
+        let mut clusters: BTreeMap<String, ClusterReport> = BTreeMap::new();
+        for ((t, published), escalation) in g.targets.iter().zip(&d.conditions).zip(escalations) {
+            let report = self.machine_report(g, t, published.as_ref(), escalation);
+            clusters
+                .entry(format!(
+                    "{}/{}",
+                    t.machine.namespace, t.machine.cluster_name
+                ))
+                .or_default()
+                .machines
+                .insert(t.machine.name.clone(), report);
+        }
+        self.metrics.set_verdict_counts(&verdict_counts(&clusters));
+        let failure_domains = failure_domains(&clusters);
+        let mut r = self.report.write().await;
+        r.generated_at = Some(now);
+        r.api = Some(self.api.clone());
+        r.problems = summary.problems.clone();
+        r.clusters = clusters;
+        r.scopes = self
+            .scopes
+            .values()
+            .filter(|s| s.in_use)
+            .map(|s| s.report.clone())
+            .collect();
+        r.failure_domains = failure_domains;
+    }
+
+    fn machine_report(
+        &self,
+        g: &Gathered,
+        t: &Target,
+        published: Option<&ConditionState>,
+        escalation: EscalationState,
+    ) -> MachineReport {
+        let scope = g.scope_key(t).cloned();
+        let vm_state = scope
+            .as_ref()
+            .and_then(|k| self.scopes.get(k))
+            .zip(t.instance_id.as_ref())
+            .and_then(|(s, id)| s.observer.histories.get(id))
+            .and_then(|h| h.sighting.as_ref())
+            .map(|s| s.state.to_string());
+        let mut report = MachineReport {
+            namespace: t.machine.namespace.clone(),
+            name: t.machine.name.clone(),
+            control_plane: t.machine.is_control_plane(),
+            vm_id: t.instance_id.clone(),
+            mhc_covered: t.mhc_covered,
+            escalation: escalation.state.into(),
+            escalation_detail: escalation.detail,
+            scope,
+            vm_state,
+            ..Default::default()
+        };
+        report.message = match &t.problem {
+            Some(TargetProblem::NoCloudStackMachine(name)) => Some(format!(
+                "CloudStackMachine {name} not found; nothing to judge yet"
+            )),
+            Some(TargetProblem::NoInstanceId) => {
+                Some("the CloudStackMachine has no instanceID yet (VM not deployed)".into())
+            }
+            _ => None,
+        };
+        if let Some(p) = published {
+            report.verdict = Some(p.status);
+            report.reason = Some(p.reason.clone());
+            report.message = Some(p.message.clone());
+            report.since = Some(p.last_transition_time);
+        }
+        report
+    }
+}
+
+/// Machines per (status, reason), for `capc_health_verdicts`.
+fn verdict_counts(clusters: &BTreeMap<String, ClusterReport>) -> BTreeMap<(Status, String), i64> {
+    let mut counts: BTreeMap<(Status, String), i64> = BTreeMap::new();
+    for m in clusters.values().flat_map(|c| c.machines.values()) {
+        if let (Some(s), Some(r)) = (m.verdict, &m.reason) {
+            *counts.entry((s, r.clone())).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// Machines and failing Machines per namespace and scope.
+fn failure_domains(clusters: &BTreeMap<String, ClusterReport>) -> Vec<FailureDomainReport> {
+    let mut fds: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
+    for (key, c) in clusters {
+        let ns = key.split('/').next().unwrap_or_default().to_string();
+        for m in c.machines.values() {
+            let entry = fds
+                .entry((ns.clone(), m.scope.clone().unwrap_or_else(|| "-".into())))
+                .or_default();
+            entry.0 += 1;
+            if m.verdict == Some(Status::False) {
+                entry.1 += 1;
+            }
+        }
+    }
+    fds.into_iter()
+        .map(
+            |((namespace, name), (machines, failing))| FailureDomainReport {
+                namespace,
+                name,
+                machines,
+                failing,
+                failure_ratio: if machines == 0 {
+                    0.0
+                } else {
+                    failing as f64 / machines as f64
+                },
+            },
+        )
+        .collect()
+}
