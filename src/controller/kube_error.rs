@@ -18,7 +18,7 @@ pub enum KubeError {
         message: String,
     },
     /// 404: the object does not exist (any more).
-    #[error("{what}: not found")]
+    #[error("{what} does not exist")]
     NotFound { what: String },
     /// 409: someone else changed or holds it.
     #[error("{what}: conflict: {message}")]
