@@ -10,8 +10,8 @@ profile="$1"; shift
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 runner="${APISERVER_RUNNER:-target/hack/apiserver-run}"
-dir="target/apiserver-test-$profile"
-log="target/apiserver-test-$profile.log"
+dir="${APISERVER_TEST_DIR:-target/apiserver-test-$profile}"
+log="$dir.log"
 timeout_s="${APISERVER_START_TIMEOUT:-2400}"
 
 [[ -x "$runner" ]] || { echo "with-apiserver: $runner missing; run 'make apiserver-runner'" >&2; exit 1; }

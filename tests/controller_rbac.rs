@@ -9,7 +9,7 @@ use std::time::Duration;
 use capc_health_shim::k8s::capi::Mode;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleBinding};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube_support::{is, kube_client, Fixture};
 use serde_json::json;
@@ -57,6 +57,26 @@ fn the_cluster_role_has_no_delete_verb_and_no_wildcards() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn the_controller_works_as_a_service_account_with_only_the_deploy_role() {
+    works_with_only_the_deploy_role(Grant::ClusterWide).await;
+}
+
+/// With `--namespace`, the deploy role granted in that namespace only (a RoleBinding to the
+/// ClusterRole) is enough: the watches are namespaced, so no cluster-wide list is attempted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn with_namespace_the_deploy_role_granted_in_that_namespace_is_enough() {
+    works_with_only_the_deploy_role(Grant::InNamespace).await;
+}
+
+#[derive(PartialEq)]
+enum Grant {
+    /// The ClusterRoleBinding of deploy/base.
+    ClusterWide,
+    /// A RoleBinding in the test namespace to the same ClusterRole.
+    InNamespace,
+}
+
+async fn works_with_only_the_deploy_role(grant: Grant) {
     let admin = kube_client().await;
     let f = Fixture::new(
         admin.clone(),
@@ -84,10 +104,27 @@ async fn the_controller_works_as_a_service_account_with_only_the_deploy_role() {
         .create(&PostParams::default(), &role)
         .await
         .expect("ClusterRole applies");
-    bindings
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("binding applies");
+    let role_bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), &f.ns);
+    match grant {
+        Grant::ClusterWide => {
+            bindings
+                .create(&PostParams::default(), &binding)
+                .await
+                .expect("binding applies");
+        }
+        Grant::InNamespace => {
+            let in_ns: RoleBinding = serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": f.ns},
+                "roleRef": binding.role_ref,
+                "subjects": binding.subjects,
+            }))
+            .expect("RoleBinding");
+            role_bindings
+                .create(&PostParams::default(), &in_ns)
+                .await
+                .expect("RoleBinding applies");
+        }
+    }
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), &f.ns);
     sas.create(
         &PostParams::default(),
@@ -129,6 +166,14 @@ async fn the_controller_works_as_a_service_account_with_only_the_deploy_role() {
     };
     let sa_client = kube::Client::try_from(cfg).expect("ServiceAccount client");
 
+    if grant == Grant::InNamespace {
+        // The grant really is namespaced: a cluster-wide list is refused.
+        let all: Api<DynamicObject> = Api::all_with(sa_client.clone(), &f.resources.machine);
+        match all.list(&Default::default()).await {
+            Err(kube::Error::Api(s)) => assert_eq!(s.code, 403, "{s:?}"),
+            other => panic!("a cluster-wide list must be forbidden here: {other:?}"),
+        }
+    }
     let (mut controller, _) = f.controller_as(sa_client.clone(), &[]).await;
     let annotate = f.choice.mode == Mode::Annotate;
     let state = f
@@ -162,6 +207,7 @@ async fn the_controller_works_as_a_service_account_with_only_the_deploy_role() {
     }
 
     let _ = bindings.delete(&name, &DeleteParams::default()).await;
+    let _ = role_bindings.delete(&name, &DeleteParams::default()).await;
     let _ = roles.delete(&name, &DeleteParams::default()).await;
     f.cleanup().await;
 }
