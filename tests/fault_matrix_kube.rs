@@ -1308,13 +1308,6 @@ async fn a_lease_lost_mid_cycle_stops_every_write_of_the_old_leader() {
     for m in ["m-bad", "m-ok1", "m-ok2"] {
         wait_verdict(&f, m, "True", "VMHealthy", Duration::from_secs(90)).await;
     }
-    // a has nothing to report yet: every Event of shim-a in the namespace is a write after
-    // the cut (a True first verdict has none).
-    assert_eq!(
-        events_by(&f, "shim-a").await.0,
-        0,
-        "a published Events before the fault"
-    );
     let mut scraped = Vec::new();
     if let Some(st) = a.status().await {
         scraped.push(st.to_string());
@@ -1351,6 +1344,8 @@ async fn a_lease_lost_mid_cycle_stops_every_write_of_the_old_leader() {
     // The listing is computed when it is answered: it shows the VM in Error.
     f.sim.inject_fault("vm-bad", Fault::Error).expect("fault");
     a.assert_running();
+    // a's Events so far (its first verdicts): any more are writes after the cut.
+    let (a_events_before, _) = events_by(&f, "shim-a").await;
     proxy.cut();
     let cut_at = Timestamp::now();
     row.saw(format!(
@@ -1405,11 +1400,12 @@ async fn a_lease_lost_mid_cycle_stops_every_write_of_the_old_leader() {
     let cycle_annotations = cycle_field(&after, "annotations");
     let refused = cycle_field(&after, "refused_writes");
     let refusals_logged = after.lines().filter(|l| l.contains("not writing")).count() as u64;
-    let (a_events, a_event_list) = events_by(&f, "shim-a").await;
+    let (a_events_now, a_event_list) = events_by(&f, "shim-a").await;
+    let a_events = a_events_now.saturating_sub(a_events_before);
     let a_writes =
         conditions_written.max(cycle_writes) + annotated.max(cycle_annotations) + a_events;
     row.saw(format!(
-        "a exited {} s after its connection returned, {} s after the takeover ({status}); after the takeover it logged {conditions_written} 'condition written', {annotated} annotations, {cycles_after} cycle(s) with {cycle_writes} condition write(s) and {refused} refused write(s), {refusals_logged} 'not writing' warning(s); Events by shim-a: {a_events} {a_event_list:?}",
+        "a exited {} s after its connection returned, {} s after the takeover ({status}); after the takeover it logged {conditions_written} 'condition written', {annotated} annotations, {cycles_after} cycle(s) with {cycle_writes} condition write(s) and {refused} refused write(s), {refusals_logged} 'not writing' warning(s); Events by shim-a since the cut: {a_events} (all of them: {a_event_list:?})",
         between(restored_at, exited_at),
         between(took_over, exited_at)
     ));
@@ -1426,7 +1422,7 @@ async fn a_lease_lost_mid_cycle_stops_every_write_of_the_old_leader() {
     assert_eq!(
         a_writes,
         0,
-        "the old leader wrote after its successor took over (Events: {a_event_list:?}):\n{}",
+        "the old leader wrote after its successor took over ({a_events} Events since the cut; all of a's: {a_event_list:?}):\n{}",
         tail(&after, 30)
     );
     assert_eq!(a_code, Some(5), "exit code: {status}\n{}", tail(&after, 30));

@@ -49,7 +49,12 @@ impl Controller {
         now: Timestamp,
         summary: &mut CycleSummary,
     ) -> Vec<EscalationState> {
+        // Why writes were not sent this cycle (the first refusal stands for all of them).
+        let mut refused: Option<String> = None;
         for (t, next, outcome) in self.write_conditions(&g.targets, &d.conditions).await {
+            if let Err(KubeError::NotLeader { message, .. }) = &outcome {
+                refused.get_or_insert_with(|| message.clone());
+            }
             self.record_write(t, next, outcome, now, summary);
         }
         let mut cp_in_flight: BTreeSet<(String, String)> = g
@@ -78,13 +83,26 @@ impl Controller {
                         crate::verdict::reason::NODE_NOT_LINKED
                     ));
                 }
-                self.escalate(t, published, now, &mut cp_in_flight, &mut state, summary)
-                    .await;
+                if let Err(message) = self
+                    .escalate(t, published, now, &mut cp_in_flight, &mut state, summary)
+                    .await
+                {
+                    refused.get_or_insert(message);
+                }
             }
             states.push(state);
         }
         if self.lease.lost() {
             summary.lost_lease = true;
+        }
+        if let Some(why) = refused {
+            // Once per cycle, not once per Machine: a cold start refuses thousands at once.
+            tracing::warn!(writes = summary.refused_writes, reason = %why,
+                "not writing: the leader Lease is not confirmed");
+            summary.problems.push(format!(
+                "{} write(s) not sent: {why}",
+                summary.refused_writes
+            ));
         }
         states
     }
@@ -95,8 +113,8 @@ impl Controller {
         match self.lease.confirm().await {
             Ok(()) => Ok(()),
             Err(refusal) => {
-                tracing::warn!(machine = %machine, kind = kind, reason = %refusal.message(),
-                    "not writing: the leader Lease is not confirmed");
+                tracing::debug!(machine = %machine, kind = kind, reason = %refusal.message(),
+                    "write not sent: the leader Lease is not confirmed");
                 let message = match &refusal {
                     Refusal::Lost(why) => format!("no longer the leader: {why}"),
                     Refusal::Unconfirmed(why) => why.clone(),
@@ -211,13 +229,17 @@ impl Controller {
         now: Timestamp,
         summary: &mut CycleSummary,
     ) {
-        if let Err(e) = outcome {
-            if !matches!(e, KubeError::NotLeader { .. }) {
-                tracing::warn!(error = %e, "condition write failed; retried next cycle");
+        match outcome {
+            Ok(()) => {}
+            Err(KubeError::NotLeader { .. }) => {
+                summary.refused_writes += 1;
+                return;
             }
-            summary.refused_writes += usize::from(matches!(e, KubeError::NotLeader { .. }));
-            summary.problems.push(e.to_string());
-            return;
+            Err(e) => {
+                tracing::warn!(error = %e, "condition write failed; retried next cycle");
+                summary.problems.push(e.to_string());
+                return;
+            }
         }
         summary.condition_writes += 1;
         if let Some(uid) = &t.machine.uid {
@@ -242,6 +264,8 @@ impl Controller {
         }
     }
 
+    /// Escalates `t` when the guards allow it; `Err` carries why an annotation was not sent
+    /// because the Lease could not be confirmed.
     async fn escalate(
         &mut self,
         t: &Target,
@@ -250,7 +274,7 @@ impl Controller {
         cp_in_flight: &mut BTreeSet<(String, String)>,
         state: &mut EscalationState,
         summary: &mut CycleSummary,
-    ) {
+    ) -> Result<(), String> {
         let m = &t.machine;
         let cluster = (m.namespace.clone(), m.cluster_name.clone());
         let decision = escalation::decide(&EscalationFacts {
@@ -291,10 +315,16 @@ impl Controller {
                     Err(e) => Err(e),
                 };
                 self.count(kind::ANNOTATION, &annotated);
-                if let Err(e) = annotated {
-                    summary.refused_writes += usize::from(matches!(e, KubeError::NotLeader { .. }));
-                    summary.problems.push(e.to_string());
-                    return;
+                match annotated {
+                    Ok(()) => {}
+                    Err(KubeError::NotLeader { message, .. }) => {
+                        summary.refused_writes += 1;
+                        return Err(message);
+                    }
+                    Err(e) => {
+                        summary.problems.push(e.to_string());
+                        return Ok(());
+                    }
                 }
                 summary.annotations += 1;
                 self.metrics.record_escalation("annotated");
@@ -315,5 +345,6 @@ impl Controller {
                     .await;
             }
         }
+        Ok(())
     }
 }
