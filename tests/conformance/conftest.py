@@ -15,7 +15,7 @@ SECRET_KEY = "conformance-secret-" + uuid.uuid4().hex
 
 
 def debug_binary(name: str) -> Path:
-    """A binary `cargo build --bins` made (honours CARGO_TARGET_DIR, as cargo does)."""
+    """A binary `cargo build --workspace --bins` made (honours CARGO_TARGET_DIR, as cargo does)."""
     target = Path(os.environ.get("CARGO_TARGET_DIR", "target"))
     return (target if target.is_absolute() else ROOT / target) / "debug" / name
 
@@ -24,7 +24,7 @@ def _sim_binary() -> Path:
     override = os.environ.get("CLOUDSTACK_SIM_BIN")
     path = Path(override) if override else debug_binary("cloudstack-sim")
     if not path.exists():
-        pytest.fail(f"{path} not found: run `cargo build --bins` first (make test does)")
+        pytest.fail(f"{path} not found: run `cargo build --workspace --bins` first (make test does)")
     return path
 
 

@@ -168,7 +168,7 @@ def test_the_shim_itself_works_with_the_role_key(seed_sim):
     sim_bin = os.environ.get("CLOUDSTACK_SIM_BIN")
     shim = Path(sim_bin).with_name("capc-health-shim") if sim_bin else debug_binary("capc-health-shim")
     if not shim.exists():
-        pytest.fail(f"{shim} not found: run `cargo build --bins` first (make test does)")
+        pytest.fail(f"{shim} not found: run `cargo build --workspace --bins` first (make test does)")
     seed = json.loads(seed_sim["scenario"].read_text())
     [capi] = [a for a in seed["accounts"] if a["name"] == "capi"]
     env = dict(

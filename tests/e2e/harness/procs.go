@@ -44,7 +44,7 @@ func CargoBinary(root, name string) (string, error) {
 	}
 	p := filepath.Join(target, "debug", name)
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("%s not found: run `cargo build --bins` first", p)
+		return "", fmt.Errorf("%s not found: run `cargo build --workspace --bins` first", p)
 	}
 	return p, nil
 }

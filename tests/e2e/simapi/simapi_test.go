@@ -4,7 +4,7 @@
 //
 // Run: cd tests/e2e && GOFLAGS=-mod=mod GOWORK=off go test ./simapi/ -v
 // The simulator binary comes from $CLOUDSTACK_SIM, else $CARGO_TARGET_DIR/debug, else the
-// repository's target/debug (build it with `cargo build --bin cloudstack-sim`).
+// repository's target/debug (build it with `cargo build -p cloudstack-sim`).
 package simapi
 
 import (
@@ -54,7 +54,7 @@ func simBinary(t *testing.T) string {
 			return abs
 		}
 	}
-	t.Fatalf("cloudstack-sim binary not found (tried %v): run `cargo build --bin cloudstack-sim` "+
+	t.Fatalf("cloudstack-sim binary not found (tried %v): run `cargo build -p cloudstack-sim` "+
 		"or set CLOUDSTACK_SIM", candidates)
 	return ""
 }
