@@ -242,7 +242,7 @@ pub async fn main(args: RunArgs) -> u8 {
     loop {
         // Confirmed here once so a cut-off leader skips the whole cycle; the act phase confirms
         // again before every write, since a cycle can outlast the Lease.
-        let lost = match gate.confirm().await {
+        let lease_lost = match gate.confirm().await {
             Ok(()) => {
                 let summary = controller.cycle(Timestamp::now()).await;
                 tracing::debug!(?summary, "cycle done");
@@ -259,7 +259,7 @@ pub async fn main(args: RunArgs) -> u8 {
                 false
             }
         };
-        if lost {
+        if lease_lost {
             tracing::error!("no longer the leader; stopping writes and exiting");
             code = exit::LOST_LEASE;
             break;
