@@ -107,11 +107,17 @@ impl Controller {
         states
     }
 
-    /// Confirms the Lease for one write of `kind` about `machine`; a refusal is counted,
-    /// logged and returned as the write's error.
-    async fn may_write(&self, kind: &str, machine: &str) -> Result<(), KubeError> {
-        match self.lease.confirm().await {
-            Ok(()) => Ok(()),
+    /// Sends one write of `kind` about `machine` if the Lease is confirmed, and counts its
+    /// outcome; a refusal is the write's error ([`KubeError::NotLeader`]) and nothing is sent
+    /// (`write` is a future: it does nothing until awaited here).
+    async fn gated(
+        &self,
+        kind: &str,
+        machine: &str,
+        write: impl std::future::Future<Output = Result<(), KubeError>>,
+    ) -> Result<(), KubeError> {
+        let outcome = match self.lease.confirm().await {
+            Ok(()) => write.await,
             Err(refusal) => {
                 tracing::debug!(machine = %machine, kind = kind, reason = %refusal.message(),
                     "write not sent: the leader Lease is not confirmed");
@@ -124,12 +130,10 @@ impl Controller {
                     message,
                 })
             }
-        }
-    }
-
-    fn count(&self, kind: &str, result: &Result<(), KubeError>) {
-        let label = result.as_ref().map_or_else(KubeError::label, |()| "ok");
+        };
+        let label = outcome.as_ref().map_or_else(KubeError::label, |()| "ok");
         self.metrics.record_write(kind, label);
+        outcome
     }
 
     /// Writes every changed condition, followed by its Event when the status changed. Each
@@ -163,22 +167,15 @@ impl Controller {
         let m = &t.machine;
         let machine = format!("{}/{}", m.namespace, m.name);
         let timeout = to_std(self.args.kube_timeout);
-        let written = match self.may_write(kind::CONDITION, &machine).await {
-            Ok(()) => {
-                kube_io::apply_condition(
-                    &self.client,
-                    &self.resources.machine,
-                    self.api.layout,
-                    (&m.namespace, &m.name),
-                    next,
-                    timeout,
-                )
-                .await
-            }
-            Err(e) => Err(e),
-        };
-        self.count(kind::CONDITION, &written);
-        written?;
+        let write = kube_io::apply_condition(
+            &self.client,
+            &self.resources.machine,
+            self.api.layout,
+            (&m.namespace, &m.name),
+            next,
+            timeout,
+        );
+        self.gated(kind::CONDITION, &machine, write).await?;
         tracing::debug!(machine = %machine, status = %next.status, reason = %next.reason, "condition written");
         let previous = t.current.as_ref().map(|c| c.status);
         if previous != Some(next.status) {
@@ -200,22 +197,14 @@ impl Controller {
     async fn publish_event(&self, t: &Target, warning: bool, reason: &str, note: String) {
         let m = &t.machine;
         let machine = format!("{}/{}", m.namespace, m.name);
-        let published = match self.may_write(kind::EVENT, &machine).await {
-            Ok(()) => {
-                self.events
-                    .publish(
-                        (&m.namespace, &m.name),
-                        warning,
-                        reason,
-                        note,
-                        to_std(self.args.kube_timeout),
-                    )
-                    .await
-            }
-            Err(e) => Err(e),
-        };
-        self.count(kind::EVENT, &published);
-        if let Err(e) = published {
+        let write = self.events.publish(
+            (&m.namespace, &m.name),
+            warning,
+            reason,
+            note,
+            to_std(self.args.kube_timeout),
+        );
+        if let Err(e) = self.gated(kind::EVENT, &machine, write).await {
             tracing::warn!(machine = %machine, error = %e, "cannot publish Event");
         }
     }
@@ -301,21 +290,14 @@ impl Controller {
             }
             Escalation::Annotate => {
                 let machine = format!("{}/{}", m.namespace, m.name);
-                let annotated = match self.may_write(kind::ANNOTATION, &machine).await {
-                    Ok(()) => {
-                        kube_io::annotate_for_remediation(
-                            &self.client,
-                            &self.resources.machine,
-                            (&m.namespace, &m.name),
-                            &published.reason,
-                            to_std(self.args.kube_timeout),
-                        )
-                        .await
-                    }
-                    Err(e) => Err(e),
-                };
-                self.count(kind::ANNOTATION, &annotated);
-                match annotated {
+                let write = kube_io::annotate_for_remediation(
+                    &self.client,
+                    &self.resources.machine,
+                    (&m.namespace, &m.name),
+                    &published.reason,
+                    to_std(self.args.kube_timeout),
+                );
+                match self.gated(kind::ANNOTATION, &machine, write).await {
                     Ok(()) => {}
                     Err(KubeError::NotLeader { message, .. }) => {
                         summary.refused_writes += 1;

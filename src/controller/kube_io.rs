@@ -326,14 +326,6 @@ pub async fn secret_data(
     Ok(out)
 }
 
-/// A short, secret-free description of a kube error.
-pub fn kube_error_summary(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
-        other => other.to_string(),
-    }
-}
-
 /// Server-side apply of our one condition entry on the Machine's status, within `timeout`.
 pub async fn apply_condition(
     client: &Client,
