@@ -36,15 +36,6 @@ fn cluster_name(i: usize) -> String {
     format!("c{}", i % CLUSTERS)
 }
 
-pub async fn client_from_kubeconfig(path: &std::path::Path) -> Result<Client> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let yaml = std::fs::read_to_string(path).context("kubeconfig")?;
-    let kc = kube::config::Kubeconfig::from_yaml(&yaml)?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await?;
-    Ok(Client::try_from(cfg)?)
-}
-
 /// The simulator: `n` Running healthy VMs `vm-<i>` (ids returned in order), stats every
 /// `stats_interval` s, real-time clock; the shim's account is of `account_type`.
 pub async fn simulator(
@@ -86,7 +77,7 @@ pub struct Kube {
 
 impl Kube {
     pub async fn connect(kubeconfig: &std::path::Path) -> Result<Self> {
-        let client = client_from_kubeconfig(kubeconfig).await?;
+        let client = test_support::apiserver::client_from_kubeconfig(kubeconfig).await;
         let (served, _) = kube_io::discover(&client).await;
         let choice = choose(&served, None).map_err(|e| anyhow::anyhow!("{e}"))?;
         let resources = Resources::for_choice(&choice);

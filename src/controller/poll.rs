@@ -167,7 +167,7 @@ mod tests {
     }
 
     #[test]
-    fn a_project_name_lists_every_project_and_an_id_just_its_own() {
+    fn only_a_uuid_is_sent_as_a_project_id() {
         assert!(is_uuid("1d8d87d4-1425-459c-8d81-c6f57dca2bd2"));
         assert!(!is_uuid("team-a"));
     }
