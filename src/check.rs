@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 
-use crate::cli::{parse_duration, to_std, GraceArgs};
+use crate::cli::{duration_in, to_std, GraceArgs};
 use crate::cloudstack::client::{ClientConfig, CloudStackClient, Credentials, VmListQuery};
 use crate::cloudstack::error::CloudStackError;
 use crate::scope::ScopeObserver;
@@ -78,8 +78,9 @@ pub struct CheckArgs {
     /// How many polls to run.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub polls: u32,
-    /// Time between polls.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    /// Time between polls (also the poll interval the graces assume). Sub-second values are
+    /// for simulators whose clock runs fast.
+    #[arg(long, default_value = "30s", value_parser = duration_in(SignedDuration::from_millis(100), SignedDuration::from_hours(1)))]
     pub interval: SignedDuration,
     /// Stop early once no verdict is waiting on a grace and the last two polls agree.
     #[arg(long)]
@@ -96,7 +97,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "FILE")]
     pub ca_bundle: Option<PathBuf>,
     /// Timeout of one HTTP request.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_mins(10)))]
     pub request_timeout: SignedDuration,
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: OutputFormat,
@@ -126,6 +127,8 @@ pub struct PollReport {
     pub vms_listed: usize,
     pub complete: bool,
     pub usage_history_note: Option<String>,
+    /// Why statistics or capabilities are missing this poll, if they are.
+    pub stats_notes: Vec<String>,
 }
 
 /// The state `check` and `demo` keep between polls of one scope.
@@ -201,7 +204,22 @@ impl Checker {
             vms_listed: o.vms_listed,
             complete: o.complete,
             usage_history_note: o.usage_history_note,
+            stats_notes: [o.stats_note, o.capabilities_note]
+                .into_iter()
+                .flatten()
+                .collect(),
         }
+    }
+
+    /// Asks traffic statistics only for these VMs from now on, as the controller does for
+    /// Machines without a Node (`check` itself asks for every VM).
+    pub fn want_stats_for(&mut self, vm_ids: impl IntoIterator<Item = String>) {
+        self.observer.stats_wanted = Some(vm_ids.into_iter().collect());
+    }
+
+    /// The statistics cadence and semantics in force (shown by `check` on stderr).
+    pub fn stats_summary(&self) -> crate::scope::StatsSummary {
+        self.observer.stats_summary(&self.graces)
     }
 
     /// Judges paused stats collection over several checkers of one CloudStack together (a
@@ -378,6 +396,7 @@ pub fn query(args: &CheckArgs) -> VmListQuery {
         domain_id: args.domain_id.clone(),
         ids: Vec::new(),
         use_metrics_api: args.metrics_api,
+        with_stats: true,
     }
 }
 
@@ -510,9 +529,13 @@ pub async fn main(args: CheckArgs) -> u8 {
             if let Some(note) = &poll.usage_history_note {
                 eprintln!("poll {n}: {note}");
             }
+            for note in &poll.stats_notes {
+                eprintln!("poll {n}: {note}");
+            }
         },
     )
     .await;
+    eprintln!("stats: {}", checker.stats_summary());
     print!("{}", render(&reports, args.output));
     code
 }

@@ -6,20 +6,79 @@ use jiff::SignedDuration;
 
 use crate::verdict::{Graces, MassFailureGuard};
 
-/// Parses `30s`, `2m`, `1h 30m`, `500ms`, ISO 8601 (`PT2M`) or a bare number of seconds.
+/// The longest duration any flag takes: longer is "never" in practice, and every sum of a
+/// timestamp and flag durations (graces × polls, intervals × samples) stays far inside jiff's
+/// range (an unbounded `1e20` panicked in the parser, a huge grace when added to a timestamp).
+pub const MAX_FLAG_DURATION: SignedDuration = SignedDuration::from_hours(366 * 24);
+
+/// Most `--silent-samples`: the stats history kept per VM is sized for 12 collections and a
+/// baseline, so a larger value could never be judged (16+ silently disabled the check).
+pub const MAX_SILENT_SAMPLES: u32 = 12;
+
+/// Highest `--rate-limit` in requests per second (far above any `api.throttling.max`; the
+/// burst, twice the rate, stays a small integer).
+pub const MAX_RATE_LIMIT: f64 = 1000.0;
+
+/// Parses `30s`, `2m`, `1h 30m`, `500ms`, ISO 8601 (`PT2M`) or a bare number of seconds,
+/// from 0 up to [`MAX_FLAG_DURATION`] (366 days).
 pub fn parse_duration(s: &str) -> Result<SignedDuration, String> {
     let t = s.trim();
+    let too_long =
+        || format!("{s:?} is longer than 366 days (8784h), the most a duration flag takes");
     if let Ok(secs) = t.parse::<f64>() {
         if secs.is_finite() && secs >= 0.0 {
+            if secs > MAX_FLAG_DURATION.as_secs_f64() {
+                return Err(too_long());
+            }
             return Ok(SignedDuration::from_secs_f64(secs));
         }
     }
     match t.parse::<SignedDuration>() {
-        Ok(d) if !d.is_negative() => Ok(d),
-        Ok(_) => Err(format!("{s:?} is negative; durations must be ≥ 0")),
+        Ok(d) if d.is_negative() => Err(format!("{s:?} is negative; durations must be ≥ 0")),
+        Ok(d) if d > MAX_FLAG_DURATION => Err(too_long()),
+        Ok(d) => Ok(d),
         Err(_) => Err(format!(
             "{s:?} is not a duration (examples: 30s, 2m, 1h30m, 500ms)"
         )),
+    }
+}
+
+/// A clap value parser: [`parse_duration`] within `min..=max` (both rendered in the error as
+/// the flag's allowed range, e.g. `1s..=1h`).
+pub fn duration_in(
+    min: SignedDuration,
+    max: SignedDuration,
+) -> impl Fn(&str) -> Result<SignedDuration, String> + Clone + Send + Sync + 'static {
+    move |s| {
+        let d = parse_duration(s)?;
+        if d < min || d > max {
+            return Err(format!(
+                "{s:?} is out of range: allowed {}..={}",
+                friendly(min),
+                friendly(max)
+            ));
+        }
+        Ok(d)
+    }
+}
+
+/// `1s`, `10m`, `1h`, `1h 30m` …
+fn friendly(d: SignedDuration) -> String {
+    format!("{d:#}").replace(' ', "")
+}
+
+/// `--rate-limit`: 0 (no limit) or a finite rate in (0, [`MAX_RATE_LIMIT`]] requests per
+/// second (NaN, infinity, negatives and huge rates would overflow the burst or mean nothing).
+pub fn parse_rate_limit(s: &str) -> Result<f64, String> {
+    let allowed = "allowed: 0 (no limit) or more than 0 and at most 1000 requests per second";
+    let r: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number; {allowed}"))?;
+    if r == 0.0 || (r.is_finite() && r > 0.0 && r <= MAX_RATE_LIMIT) {
+        Ok(r)
+    } else {
+        Err(format!("{s:?} is out of range; {allowed}"))
     }
 }
 
@@ -32,41 +91,56 @@ pub fn to_std(d: SignedDuration) -> std::time::Duration {
 #[derive(Debug, Clone, Args)]
 pub struct GraceArgs {
     /// Further polls that must still show Error before VMError is False.
-    #[arg(long, default_value_t = 1, value_name = "N")]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub error_confirm_polls: u32,
     /// How long a VM may be Stopped/Shutdown before VMStopped is False.
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub stopped_grace: SignedDuration,
     /// Complete listings in a row that must miss the VM (or show it Destroyed/Expunging).
-    #[arg(long, default_value_t = 2, value_name = "N")]
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub not_found_polls: u32,
     /// How long a VM may stay Starting/Stopping/Restoring.
     #[arg(long, default_value = "15m", value_parser = parse_duration, value_name = "DURATION")]
     pub transition_grace: SignedDuration,
-    /// How long the VM's host may be Offline/Unknown before HostUnreachable is False.
+    /// How long a VM may be Stopped/Shutdown before VMStopped is False when its offering is
+    /// HA-enabled (CloudStack's HA restarts such a VM by itself).
+    #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
+    pub stopped_ha_grace: SignedDuration,
+    /// After this long with its host Offline/Unknown, the HostUnreachable message says
+    /// CloudStack has not acted; host state alone never makes the condition False.
     #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
     pub host_unreachable_grace: SignedDuration,
     /// How long a Running VM may have no (default) NIC.
-    #[arg(long, default_value = "2m", value_parser = parse_duration, value_name = "DURATION")]
-    pub nic_detached_grace: SignedDuration,
-    /// How long a NIC may lack an address on a network that assigns one.
-    #[arg(long, default_value = "5m", value_parser = parse_duration, value_name = "DURATION")]
-    pub nic_no_address_grace: SignedDuration,
-    /// Stats samples of flat guest→host traffic that make GuestNetworkSilent False.
-    #[arg(long, default_value_t = 3, value_name = "N")]
-    pub silent_samples: u32,
-    /// CloudStack's vm.stats.interval (how often traffic counters are sampled).
     #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub nic_detached_grace: SignedDuration,
+    /// How long a NIC may lack an address on a network where CloudStack assigns one.
+    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    pub nic_no_address_grace: SignedDuration,
+    /// Stats collections of zero guest→host traffic that make GuestNetworkSilent False.
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_SILENT_SAMPLES as i64))]
+    pub silent_samples: u32,
+    /// Hypervisors whose traffic counters may make GuestNetworkSilent False (comma list).
+    /// VMware and XenServer report averages that read a guest sending under 1 KB/s as 0:
+    /// adding them catches their NIC-down VMs and risks recycling very quiet guests.
+    #[arg(
+        long,
+        default_value = "KVM",
+        value_delimiter = ',',
+        value_name = "HYPERVISORS"
+    )]
+    pub silence_hypervisors: Vec<String>,
+    /// CloudStack's vm.stats.interval (how often traffic counters are sampled).
+    #[arg(long, default_value = "60s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(24)), value_name = "DURATION")]
     pub stats_interval: SignedDuration,
     /// A last successful poll older than this many intervals counts as "cannot see".
-    #[arg(long, default_value_t = 3, value_name = "N")]
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub stale_poll_intervals: u32,
     /// Do not anchor a newly seen VM's state age to CloudStack's `lastupdated`.
     #[arg(long)]
     pub no_lastupdated_anchor: bool,
     /// Mass-failure guard: hold new False verdicts when at least this many Machines of a scope fail within the window.
-    #[arg(long, default_value_t = 5, value_name = "N")]
-    pub mass_failure_count: usize,
+    #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=100_000))]
+    pub mass_failure_count: u32,
     /// Mass-failure guard: … or at least this percentage of the scope.
     #[arg(long, default_value_t = 50, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub mass_failure_percent: u32,
@@ -82,12 +156,19 @@ impl GraceArgs {
             stale_poll_intervals: self.stale_poll_intervals.max(1),
             error_confirm_polls: self.error_confirm_polls,
             stopped: self.stopped_grace,
+            stopped_ha: self.stopped_ha_grace,
             not_found_polls: self.not_found_polls.max(1),
             transition: self.transition_grace,
             host_unreachable: self.host_unreachable_grace,
             nic_detached: self.nic_detached_grace,
             nic_no_address: self.nic_no_address_grace,
             silent_samples: self.silent_samples.max(1),
+            silence_hypervisors: self
+                .silence_hypervisors
+                .iter()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .collect(),
             stats_interval: self.stats_interval,
             anchor_to_lastupdated: !self.no_lastupdated_anchor,
         }
@@ -95,7 +176,9 @@ impl GraceArgs {
 
     pub fn guard(&self) -> MassFailureGuard {
         MassFailureGuard {
-            min_count: self.mass_failure_count.max(2),
+            min_count: usize::try_from(self.mass_failure_count)
+                .unwrap_or(usize::MAX)
+                .max(2),
             min_percent: self.mass_failure_percent,
             window: self.mass_failure_window,
         }
@@ -130,5 +213,32 @@ mod tests {
             .unwrap_err()
             .contains("not a duration"));
         assert!(parse_duration("-5s").is_err());
+        assert_eq!(parse_duration("8784h").unwrap(), MAX_FLAG_DURATION);
+        for huge in ["1e20", "8785h", "100000000h", "31708800"] {
+            assert!(
+                parse_duration(huge).unwrap_err().contains("366 days"),
+                "{huge}"
+            );
+        }
+    }
+
+    #[test]
+    fn bounded_durations_and_rates_say_what_is_allowed() {
+        let poll = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1));
+        assert_eq!(poll("1s").unwrap(), SignedDuration::from_secs(1));
+        assert_eq!(poll("1h").unwrap(), SignedDuration::from_hours(1));
+        for bad in ["0", "999ms", "61m"] {
+            assert!(poll(bad).unwrap_err().contains("allowed 1s..=1h"), "{bad}");
+        }
+        assert!(poll("soon").unwrap_err().contains("not a duration"));
+        assert_eq!(parse_rate_limit("0").unwrap(), 0.0);
+        assert_eq!(parse_rate_limit("1000").unwrap(), 1000.0);
+        assert_eq!(parse_rate_limit("0.5").unwrap(), 0.5);
+        for bad in ["3e9", "1000.5", "NaN", "inf", "-inf", "-1", "-0.1", "x"] {
+            assert!(
+                parse_rate_limit(bad).unwrap_err().contains("at most 1000"),
+                "{bad}"
+            );
+        }
     }
 }

@@ -5,14 +5,21 @@
 //! [`ScopeObserver`] is pure; [`poll`] is the one I/O step that feeds it (used by `check`
 //! and by the controller alike).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 
 use crate::cloudstack::client::{CloudStackClient, VmListQuery};
 use crate::cloudstack::error::CloudStackError;
 use crate::cloudstack::model::{CsTime, UsageHistoryVm, VirtualMachine};
-use crate::verdict::{Graces, PollOutcome, VmHistory};
+use crate::verdict::traffic::{cadence_in_force, rose_recently};
+use crate::verdict::{Graces, PollOutcome, StatsServer, VmHistory};
+
+/// How often an endpoint's `listCapabilities` (version, stats retention) is read again.
+const CAPABILITIES_EVERY: SignedDuration = SignedDuration::from_hours(1);
+/// Usage history asked back at least this far: enough collections to infer the cadence even
+/// when the server collects every 5 minutes (a common setting) while `--stats-interval` says 1.
+const MIN_USAGE_LOOKBACK: SignedDuration = SignedDuration::from_mins(30);
 
 /// One poll of a scope.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +40,13 @@ pub struct ScopeObserver {
     pub histories: BTreeMap<String, VmHistory>,
     /// Track every VM the listing shows (the `check` command without `--vm`).
     pub track_all_listed: bool,
+    /// The VMs whose traffic statistics are worth asking for (Machines without a Node);
+    /// `None`: every tracked VM.
+    pub stats_wanted: Option<BTreeSet<String>>,
+    /// The endpoint's statistics semantics, from its `listCapabilities`.
+    pub server: Option<StatsServer>,
+    /// When `listCapabilities` was last asked.
+    pub server_checked: Option<Timestamp>,
 }
 
 impl ScopeObserver {
@@ -42,15 +56,22 @@ impl ScopeObserver {
                 .into_iter()
                 .map(|id| (id.clone(), VmHistory::new(id)))
                 .collect(),
-            track_all_listed: false,
+            ..Self::default()
         }
     }
 
     pub fn tracking_all() -> Self {
         Self {
-            histories: BTreeMap::new(),
             track_all_listed: true,
+            ..Self::default()
         }
+    }
+
+    /// Whether this VM's statistics are asked for.
+    pub fn wants_stats(&self, vm_id: &str) -> bool {
+        self.stats_wanted
+            .as_ref()
+            .is_none_or(|wanted| wanted.contains(vm_id))
     }
 
     /// Records one poll for every tracked VM.
@@ -78,34 +99,130 @@ impl ScopeObserver {
                         None => PollOutcome::Failed("the scope's listing was incomplete"),
                     };
                     h.record(outcome, now, graces);
+                    h.traffic.server = self.server;
                 }
             }
         }
     }
 
-    /// Merges usage-history samples into the matching histories.
-    pub fn record_usage(&mut self, items: &[UsageHistoryVm], now: Timestamp) {
-        for item in items {
-            if let Some(h) = self.histories.get_mut(&item.id) {
-                h.record_usage(&item.stats, now);
+    /// Takes a usage-history answer for the VMs in `asked`: a VM the answer does not show is
+    /// recorded as not visible (usage history has no `projectid`). Rows older than `since`
+    /// are dropped (a server that reads only the date of `startdate` sends more).
+    pub fn record_usage(
+        &mut self,
+        asked: &[String],
+        items: &[UsageHistoryVm],
+        since: Timestamp,
+        now: Timestamp,
+    ) {
+        let by_id: HashMap<&str, &UsageHistoryVm> =
+            items.iter().map(|i| (i.id.as_str(), i)).collect();
+        for id in asked {
+            if let Some(h) = self.histories.get_mut(id) {
+                let rows: Option<Vec<_>> = by_id.get(id.as_str()).map(|item| {
+                    item.stats
+                        .iter()
+                        .filter(|s| s.timestamp.is_some_and(|t| t.0 >= since))
+                        .cloned()
+                        .collect()
+                });
+                h.record_usage(rows.as_deref(), now);
             }
         }
     }
 
-    /// Running VMs whose listing counters do not prove activity: the only ones whose
-    /// usage history (sample times) is worth fetching, so a healthy fleet costs no extra calls.
+    /// Running VMs whose statistics are wanted and whose listing counter does not prove
+    /// activity: the only ones whose usage history (row times) is worth fetching, so a
+    /// healthy fleet costs no extra calls.
     pub fn usage_candidates(&self, graces: &Graces, now: Timestamp) -> Vec<String> {
         self.histories
             .values()
             .filter(|h| h.absent_polls == 0 && h.last_error.is_none())
+            .filter(|h| self.wants_stats(&h.vm_id))
             .filter(|h| {
                 h.sighting.as_ref().is_some_and(|s| {
-                    s.state == crate::cloudstack::model::VmState::Running && !s.host_unreachable()
+                    s.state == crate::cloudstack::model::VmState::Running
+                        && !s.host_unreachable()
+                        && graces.judges_silence_on(s.hypervisor.as_deref())
                 })
             })
-            .filter(|h| !crate::verdict::engine::rose_recently(&h.traffic, graces, now))
+            .filter(|h| !rose_recently(&h.traffic, graces, now))
             .map(|h| h.vm_id.clone())
             .collect()
+    }
+
+    /// What this scope's statistics look like: the cadence its usage-history rows show
+    /// (the median over its VMs), the one windows are scaled with, and the server's
+    /// semantics. For `/status` and `check`.
+    pub fn stats_summary(&self, graces: &Graces) -> StatsSummary {
+        let mut inferred: Vec<SignedDuration> = self
+            .histories
+            .values()
+            .filter_map(|h| crate::verdict::traffic::inferred_cadence(&h.traffic))
+            .collect();
+        inferred.sort();
+        let cadence = inferred.get(inferred.len() / 2).copied();
+        StatsSummary {
+            inferred_interval_seconds: cadence.map(|c| c.as_secs()),
+            interval_in_force_seconds: cadence
+                .map_or(graces.stats_interval, |c| c.max(graces.stats_interval))
+                .as_secs(),
+            sums_rows: self.server.map(|s| s.accumulates),
+            retention_minutes: self
+                .server
+                .and_then(|s| s.retention)
+                .map(|r| r.as_secs() / 60),
+        }
+    }
+
+    /// How far back to ask usage history: the silence window at the slowest cadence the
+    /// candidates' rows show, plus slack, and never less than [`MIN_USAGE_LOOKBACK`].
+    pub fn usage_lookback(&self, ids: &[String], graces: &Graces) -> SignedDuration {
+        let cadence = ids
+            .iter()
+            .filter_map(|id| self.histories.get(id))
+            .map(|h| cadence_in_force(&h.traffic, graces))
+            .max()
+            .unwrap_or(graces.stats_interval);
+        let collections = i32::try_from(graces.silent_samples)
+            .unwrap_or(i32::MAX)
+            .saturating_add(3);
+        (cadence * collections).max(MIN_USAGE_LOOKBACK)
+    }
+}
+
+/// A scope's statistics as the shim reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StatsSummary {
+    /// `vm.stats.interval` as the usage-history timestamps show it (median over the VMs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inferred_interval_seconds: Option<i64>,
+    /// The interval windows are scaled with: the inferred one, at least `--stats-interval`.
+    pub interval_in_force_seconds: i64,
+    /// The server sums stats rows (`accumulate`, 4.17+); `None` before `listCapabilities`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sums_rows: Option<bool>,
+    /// `vm.stats.max.retention.time` as the server reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_minutes: Option<i64>,
+}
+
+impl std::fmt::Display for StatsSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.inferred_interval_seconds {
+            Some(s) => write!(f, "stats every {s} s (from sample timestamps)")?,
+            None => write!(f, "stats interval not seen in samples yet")?,
+        }
+        write!(f, ", windows at {} s", self.interval_in_force_seconds)?;
+        match self.sums_rows {
+            Some(true) => write!(f, ", counter sums stats rows")?,
+            Some(false) => write!(f, ", counter is not a sum (before 4.17)")?,
+            None => write!(f, ", server capabilities unknown")?,
+        }
+        if let Some(m) = self.retention_minutes {
+            write!(f, ", rows kept {m} min")?;
+        }
+        Ok(())
     }
 }
 
@@ -119,6 +236,12 @@ pub struct ScopePollReport {
     pub unreadable: usize,
     /// Why usage history was not used this time, if it was wanted.
     pub usage_history_note: Option<String>,
+    /// VMs whose statistics were asked (a stats listing sums stored rows for each of them).
+    pub stats_vms_asked: usize,
+    /// Why the statistics of the VMs without a Node are missing this poll, if they are.
+    pub stats_note: Option<String>,
+    /// Why the endpoint's capabilities are not known, if reading them failed.
+    pub capabilities_note: Option<String>,
 }
 
 /// Polls a scope once: one paginated listing, then the usage history of the VMs whose
@@ -138,40 +261,46 @@ pub async fn poll(
         complete: false,
         unreadable: 0,
         usage_history_note: None,
+        stats_vms_asked: 0,
+        stats_note: None,
+        capabilities_note: None,
     };
-    match client.list_virtual_machines(query).await {
-        Ok(l) => {
-            out.vms_listed = l.vms.len();
-            out.complete = l.complete;
-            out.unreadable = l.failures.len();
-            observer.record(
-                ScopePoll::Listed {
-                    vms: &l.vms,
-                    complete: l.complete,
-                },
-                now,
-                graces,
-            );
-        }
+    refresh_capabilities(client, observer, &mut out, now).await;
+    let wants_all = observer.stats_wanted.is_none();
+    let listing_query = VmListQuery {
+        with_stats: wants_all,
+        ..query.clone()
+    };
+    let mut listing = match client.list_virtual_machines(&listing_query).await {
+        Ok(l) => l,
         Err(e) => {
-            observer.record(ScopePoll::Failed(&e.to_string()), now, graces);
+            observer.record(ScopePoll::Failed(&e.stable_summary()), now, graces);
             out.listing_error = Some(e);
             return out;
         }
+    };
+    if wants_all {
+        out.stats_vms_asked = listing.vms.len();
+    } else {
+        ask_stats(client, observer, query, &mut listing.vms, &mut out).await;
     }
+    out.vms_listed = listing.vms.len();
+    out.complete = listing.complete;
+    out.unreadable = listing.failures.len();
+    observer.record(
+        ScopePoll::Listed {
+            vms: &listing.vms,
+            complete: listing.complete,
+        },
+        now,
+        graces,
+    );
     if *usage_history {
         let ids = observer.usage_candidates(graces, now);
         if !ids.is_empty() {
-            // Enough samples to judge silence, plus a little slack.
-            let lookback = graces.stats_interval
-                * i32::try_from(graces.silent_samples)
-                    .unwrap_or(i32::MAX)
-                    .saturating_add(3);
-            match client
-                .list_usage_history(&ids, Some(CsTime(now - lookback)))
-                .await
-            {
-                Ok(items) => observer.record_usage(&items, now),
+            let since = now - observer.usage_lookback(&ids, graces);
+            match client.list_usage_history(&ids, Some(CsTime(since))).await {
+                Ok(items) => observer.record_usage(&ids, &items, since, now),
                 Err(CloudStackError::Unsupported { .. }) => {
                     *usage_history = false;
                     out.usage_history_note = Some(
@@ -188,14 +317,86 @@ pub async fn poll(
     out
 }
 
+/// Reads the endpoint's `listCapabilities` when it was never read or an hour ago. A failure
+/// leaves what was known (or nothing: then no flat counter decides silence).
+async fn refresh_capabilities(
+    client: &CloudStackClient,
+    observer: &mut ScopeObserver,
+    out: &mut ScopePollReport,
+    now: Timestamp,
+) {
+    let due = observer
+        .server_checked
+        .is_none_or(|t| now.duration_since(t) >= CAPABILITIES_EVERY);
+    if !due {
+        return;
+    }
+    observer.server_checked = Some(now);
+    match client.list_capabilities().await {
+        Ok(c) => {
+            observer.server = Some(StatsServer::from_capabilities(
+                c.cloudstackversion.as_deref(),
+                c.instancesstatsretentiontime,
+            ))
+        }
+        Err(e) => out.capabilities_note = Some(format!("listCapabilities failed: {e}")),
+    }
+}
+
+/// Asks statistics for the listed VMs that want them (Machines without a Node) in a second,
+/// id-filtered listing and puts its answers in place of theirs. Every id was in the listing
+/// a moment ago; one that vanished in between fails the batch (431), and then these VMs go
+/// without stats this poll, which only delays a traffic verdict.
+async fn ask_stats(
+    client: &CloudStackClient,
+    observer: &ScopeObserver,
+    query: &VmListQuery,
+    vms: &mut [VirtualMachine],
+    out: &mut ScopePollReport,
+) {
+    let ids: Vec<String> = vms
+        .iter()
+        .filter(|vm| observer.histories.contains_key(&vm.id) && observer.wants_stats(&vm.id))
+        .map(|vm| vm.id.clone())
+        .collect();
+    if ids.is_empty() {
+        return;
+    }
+    out.stats_vms_asked = ids.len();
+    let stats_query = VmListQuery {
+        ids,
+        with_stats: true,
+        ..query.clone()
+    };
+    match client.list_virtual_machines(&stats_query).await {
+        Ok(with_stats) => {
+            let by_id: HashMap<String, VirtualMachine> = with_stats
+                .vms
+                .into_iter()
+                .map(|vm| (vm.id.clone(), vm))
+                .collect();
+            for vm in vms.iter_mut() {
+                if let Some(fresh) = by_id.get(&vm.id) {
+                    vm.networkkbswrite = fresh.networkkbswrite;
+                    vm.networkkbsread = fresh.networkkbsread;
+                    vm.cpuused = fresh.cpuused.clone();
+                }
+            }
+        }
+        Err(e) => out.stats_note = Some(format!("stats listing failed this poll: {e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cloudstack::model::VmState;
 
     fn vm(id: &str) -> VirtualMachine {
-        serde_json::from_value(serde_json::json!({"id": id, "name": id, "state": "Running"}))
-            .unwrap()
+        serde_json::from_value(
+            serde_json::json!({"id": id, "name": id, "state": "Running", "hypervisor": "KVM"}),
+        )
+        .unwrap()
     }
 
     fn at(secs: i64) -> Timestamp {
@@ -263,6 +464,55 @@ mod tests {
         assert_eq!(o.usage_candidates(&g, at(30)), vec!["b".to_string()]);
         // Long after the last rise, "a" is a candidate again.
         assert_eq!(o.usage_candidates(&g, at(600)).len(), 2);
+    }
+
+    #[test]
+    fn only_wanted_kvm_vms_are_usage_candidates() {
+        let g = Graces::default();
+        let mut o = ScopeObserver::tracking(["a", "b", "c"].map(String::from));
+        o.stats_wanted = Some(["a".to_string(), "c".to_string()].into());
+        let mut vmware = vm("c");
+        vmware.hypervisor = Some("VMware".into());
+        o.record(
+            ScopePoll::Listed {
+                vms: &[vm("a"), vm("b"), vmware],
+                complete: true,
+            },
+            at(0),
+            &g,
+        );
+        // b has a Node (not wanted), c is on VMware (not judged by default).
+        assert_eq!(o.usage_candidates(&g, at(0)), vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn a_vm_missing_from_the_usage_answer_is_recorded_as_not_visible() {
+        let g = Graces::default();
+        let mut o = ScopeObserver::tracking(["a", "b"].map(String::from));
+        o.record(
+            ScopePoll::Listed {
+                vms: &[vm("a"), vm("b")],
+                complete: true,
+            },
+            at(0),
+            &g,
+        );
+        let answer: Vec<UsageHistoryVm> = serde_json::from_value(serde_json::json!([
+            {"id": "a", "stats": [
+                {"timestamp": "2027-01-15T07:59:00+0000", "networkkbswrite": 0},
+                {"timestamp": "2027-01-15T08:00:00+0000", "networkkbswrite": 3}
+            ]}
+        ]))
+        .unwrap();
+        let asked = ["a".to_string(), "b".to_string()];
+        let since = "2027-01-15T07:59:30Z".parse().unwrap();
+        o.record_usage(&asked, &answer, since, at(0));
+        // Rows older than `since` are dropped (a date-only server sends a whole day).
+        let rows = o.histories["a"].traffic.rows.as_ref().unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].1, 3);
+        assert_eq!(o.histories["b"].traffic.rows, None);
+        assert!(o.histories["b"].traffic.rows_fetched.is_some());
     }
 
     #[test]

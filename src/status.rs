@@ -79,6 +79,12 @@ pub struct ScopeReport {
     /// Backing off after failed polls: the next poll is not before this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_poll: Option<Timestamp>,
+    /// The statistics cadence and semantics in force for this scope.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<crate::scope::StatsSummary>,
+    /// VMs whose statistics the last poll asked for (Machines without a Node).
+    #[serde(default)]
+    pub stats_vms_asked: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -239,3 +239,96 @@ async fn a_wrong_secret_is_unknown_with_an_actionable_message() {
     assert!(!err.to_string().contains("not-the-secret"));
     server.shutdown().await;
 }
+
+/// The reported case (issue 14): a cloud at `vm.stats.increment.metrics=false` with three
+/// management servers, per-interval usage-history rows, one guest sending its steady trickle
+/// (kubeadm retrying an endpoint that is not up: ~2.7 KiB a minute, under 1 KiB in each
+/// server's row) next to healthy guests and one whose NIC went down. The trickling guest is
+/// never judged silent, so no mass-failure hold swallows the one that really is.
+async fn reported_case(in_project: bool) {
+    let mut world = sim::World::default_world(KEY, SECRET, sim::real_now_ms());
+    world.settings.stats_increment_metrics = false;
+    world.settings.management_servers = 3;
+    let project = in_project.then(|| {
+        world
+            .add_project("capi", None, &["admin".to_string()])
+            .expect("project");
+        "capi".to_string()
+    });
+    let spec = |name: &str, guest: sim::GuestKind| {
+        let mut s = sim::VmSpec::new(name);
+        s.guest = guest;
+        s.project = project.clone();
+        s
+    };
+    world
+        .add_vm(&spec("waiting", sim::GuestKind::Waiting))
+        .expect("vm");
+    for i in 0..3 {
+        world
+            .add_vm(&spec(&format!("healthy-{i}"), sim::GuestKind::Healthy))
+            .expect("vm");
+    }
+    world
+        .add_vm(&spec("nic-down", sim::GuestKind::NicDown))
+        .expect("vm");
+    let simulator = Simulator::with_time_scale(world, 0.0);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let server = sim::serve(listener, simulator.clone())
+        .await
+        .expect("serve");
+    let mut cfg =
+        ClientConfig::new(&server.api_url(), Credentials::new(KEY, SECRET).unwrap()).unwrap();
+    cfg.rate_limit = None;
+    cfg.retry.max_attempts = 1;
+    let query = VmListQuery {
+        project_id: in_project.then(|| "-1".to_string()),
+        ..VmListQuery::default()
+    };
+    let checker = Checker::new(
+        CloudStackClient::new(cfg).expect("client"),
+        query,
+        &[],
+        Graces::default(),
+        MassFailureGuard::default(),
+        UsageHistoryMode::Auto,
+    );
+    let mut run = Run::new(simulator, checker);
+    // 30 simulated minutes at the shim's default 30 s poll interval.
+    let mut last = Vec::new();
+    for _ in 0..60 {
+        run.sim.advance(29.0);
+        run.now += SignedDuration::from_secs(29);
+        last = run.step().await;
+    }
+    let last: BTreeMap<String, VmReport> = last.into_iter().map(|r| (r.name.clone(), r)).collect();
+    run.never_false("waiting");
+    for i in 0..3 {
+        run.never_false(&format!("healthy-{i}"));
+    }
+    assert_eq!(
+        verdict_of(&last, "nic-down"),
+        (Status::False, reason::GUEST_NETWORK_SILENT.into()),
+        "{:#?}",
+        last["nic-down"]
+    );
+    let summary = run.checker.stats_summary();
+    assert_eq!(summary.sums_rows, Some(true));
+    if !in_project {
+        // Three servers' rows at arbitrary phases still show the 60 s interval.
+        assert_eq!(summary.inferred_interval_seconds, Some(60), "{summary:?}");
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_trickling_guest_at_increment_off_with_three_servers_is_never_silent() {
+    reported_case(false).await;
+}
+
+#[tokio::test]
+async fn the_same_in_a_project_judged_from_the_accumulated_counter_alone() {
+    reported_case(true).await;
+}

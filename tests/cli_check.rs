@@ -224,3 +224,216 @@ fn a_rejected_secret_exits_4_and_even_trace_logs_carry_no_secret_or_signature() 
     assert!(!err.contains(SENTINEL), "{err}");
     assert!(!err.contains("signature="), "{err}");
 }
+
+// --- flag validation: every numeric flag refuses what would spin, overflow or silently do
+// nothing, at parse time, naming the flag and the allowed range.
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+struct RunFlags {
+    #[command(flatten)]
+    run: capc_health_shim::controller::RunArgs,
+}
+
+#[derive(Debug, Parser)]
+struct CheckFlags {
+    #[command(flatten)]
+    check: capc_health_shim::check::CheckArgs,
+}
+
+/// The `run` flags parsed as the binary parses them, with no environment fallback in play.
+fn parse_run(args: &[&str]) -> Result<RunFlags, clap::Error> {
+    RunFlags::try_parse_from(std::iter::once("run").chain(args.iter().copied()))
+}
+
+fn parse_check(args: &[&str]) -> Result<CheckFlags, clap::Error> {
+    CheckFlags::try_parse_from(std::iter::once("check").chain(args.iter().copied()))
+}
+
+/// `(flag, bad value, what the error must say about the allowed values)`.
+const BAD_RUN_VALUES: &[(&str, &str, &str)] = &[
+    ("--poll-interval", "0", "1s"),
+    ("--poll-interval", "500ms", "1s"),
+    ("--poll-interval", "2h", "1h"),
+    ("--rate-limit", "3e9", "1000"),
+    ("--rate-limit", "1001", "1000"),
+    ("--rate-limit", "NaN", "1000"),
+    ("--rate-limit", "inf", "1000"),
+    ("--rate-limit", "-1", "1000"),
+    ("--silent-samples", "0", "1..=12"),
+    ("--silent-samples", "13", "1..=12"),
+    ("--silent-samples", "16", "1..=12"),
+    ("--kube-timeout", "0", "1s"),
+    ("--kube-timeout", "15s", "10s"),
+    ("--request-timeout", "0", "1s"),
+    ("--workload-timeout", "0", "1s"),
+    ("--stats-interval", "0", "1s"),
+    ("--stale-poll-intervals", "0", "1..=1000"),
+    ("--stale-poll-intervals", "4294967295", "1..=1000"),
+    ("--not-found-polls", "0", "1..=1000"),
+    ("--error-confirm-polls", "4294967295", "0..=1000"),
+    ("--mass-failure-count", "1", "2.."),
+    ("--stopped-grace", "1e20", "366"),
+    ("--escalation-delay", "100000000h", "366"),
+];
+
+#[test]
+fn run_refuses_each_bad_numeric_flag_naming_the_flag_and_the_range() {
+    let mut accepted = Vec::new();
+    for (flag, value, range) in BAD_RUN_VALUES {
+        // A panic inside a parser (duration overflow) is a failure to refuse, too.
+        let arg = format!("{flag}={value}");
+        let parsed = std::panic::catch_unwind(|| parse_run(&[&arg]));
+        match parsed {
+            Ok(Err(e)) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains(flag) && text.contains(range),
+                    "{flag} {value}: {text}"
+                );
+            }
+            Ok(Ok(_)) => accepted.push(format!("{flag} {value}")),
+            Err(_) => accepted.push(format!("{flag} {value} (panicked)")),
+        }
+    }
+    assert!(accepted.is_empty(), "accepted: {accepted:?}");
+}
+
+#[test]
+fn run_still_takes_good_values_at_both_ends_of_each_range() {
+    let f = parse_run(&[
+        "--poll-interval",
+        "1s",
+        "--rate-limit",
+        "1000",
+        "--silent-samples",
+        "12",
+        "--kube-timeout",
+        "10s",
+        "--stale-poll-intervals",
+        "1",
+        "--mass-failure-count",
+        "2",
+        "--error-confirm-polls",
+        "0",
+        "--escalation-delay",
+        "0s",
+    ])
+    .expect("good values");
+    assert_eq!(f.run.poll_interval, jiff::SignedDuration::from_secs(1));
+    assert_eq!(f.run.rate_limit, 1000.0);
+    assert_eq!(f.run.graces.silent_samples, 12);
+    let f = parse_run(&[
+        "--poll-interval",
+        "1h",
+        "--rate-limit",
+        "0",
+        "--silent-samples",
+        "1",
+    ])
+    .expect("0 turns the rate limit off");
+    assert_eq!(f.run.rate_limit, 0.0);
+    assert_eq!(f.run.poll_interval, jiff::SignedDuration::from_hours(1));
+    let f = parse_run(&["--rate-limit", "2.5"]).expect("a fractional rate");
+    assert_eq!(f.run.rate_limit, 2.5);
+    let f = parse_run(&[]).expect("the defaults");
+    assert_eq!(f.run.graces.silent_samples, 3);
+}
+
+#[test]
+fn check_refuses_bad_grace_flags_and_takes_good_ones() {
+    for (flag, value, range) in [
+        ("--silent-samples", "16", "1..=12"),
+        ("--silent-samples", "0", "1..=12"),
+        ("--stats-interval", "0", "1s"),
+        ("--stale-poll-intervals", "0", "1..=1000"),
+        ("--interval", "0s", "100ms..=1h"),
+        ("--request-timeout", "0s", "1s..=10m"),
+    ] {
+        let e = parse_check(&[&format!("{flag}={value}")]).expect_err(&format!("{flag} {value}"));
+        let text = e.to_string();
+        assert!(text.contains(flag) && text.contains(range), "{text}");
+    }
+    let f = parse_check(&["--silent-samples", "12"]).expect("12 is allowed");
+    assert_eq!(f.check.graces.silent_samples, 12);
+}
+
+/// The binary, with no Kubernetes or CloudStack to talk to; killed if it does not exit soon.
+fn shim_exit(args: &[&str]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = shim()
+        .args(args)
+        .env("KUBECONFIG", dir.path().join("no-such-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("CLOUDSTACK_API_URL", "http://127.0.0.1:1/client/api")
+        .env("CLOUDSTACK_API_KEY", "k")
+        .env("CLOUDSTACK_SECRET_KEY", "s")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err);
+    (status, err)
+}
+
+#[test]
+fn the_binary_exits_2_on_bad_numbers_naming_flag_and_range() {
+    for (args, flag, range) in [
+        (
+            &["run", "--poll-interval", "0"][..],
+            "--poll-interval",
+            "1s",
+        ),
+        (&["run", "--rate-limit", "3e9"][..], "--rate-limit", "1000"),
+        (
+            &["run", "--silent-samples", "16"][..],
+            "--silent-samples",
+            "1..=12",
+        ),
+        (
+            &["check", "--polls", "1", "--silent-samples", "16"][..],
+            "--silent-samples",
+            "1..=12",
+        ),
+        (
+            &["check", "--polls", "1", "--stopped-grace", "1e20"][..],
+            "--stopped-grace",
+            "366",
+        ),
+    ] {
+        let (code, err) = shim_exit(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains(range), "{args:?}: {err}");
+    }
+    // A good value passes parsing and the command goes on to fail for want of an endpoint.
+    let (code, err) = shim_exit(&[
+        "check",
+        "--polls",
+        "1",
+        "--request-timeout",
+        "2s",
+        "--silent-samples",
+        "12",
+    ]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(!err.contains("invalid value"), "{err}");
+}

@@ -58,7 +58,9 @@ async fn signed_requests_and_pagination_across_pages_with_count() {
     for (i, s) in seen.iter().enumerate() {
         assert_eq!(s.get("command"), Some("listVirtualMachines"));
         assert_eq!(s.get("listall"), Some("true"));
-        assert_eq!(s.get("details"), Some("nics,stats"));
+        // Without stats asked: the cheap listing (no vm_stats rows summed).
+        assert_eq!(s.get("details"), Some("nics"));
+        assert!(s.get("accumulate").is_none());
         assert_eq!((s.page(), s.pagesize()), (i as u32 + 1, 2));
         assert!(s.get("ids").is_none() && s.get("projectid").is_none());
     }
@@ -96,6 +98,7 @@ async fn scope_parameters_metrics_api_and_id_chunks() {
         domain_id: Some("d-1".into()),
         ids,
         use_metrics_api: true,
+        with_stats: true,
     };
     let l = within(10, client.list_virtual_machines(&q)).await.unwrap();
     assert!(l.complete);
@@ -112,6 +115,9 @@ async fn scope_parameters_metrics_api_and_id_chunks() {
         assert_eq!(s.get("domainid"), Some("d-1"));
         let ids = s.get("ids").unwrap();
         assert_eq!(ids, ids.to_ascii_lowercase(), "ids are sent lowercase");
+        // Stats asked: the sum of every retained row, whatever the server's global default.
+        assert_eq!(s.get("details"), Some("nics,stats"));
+        assert_eq!(s.get("accumulate"), Some("true"));
     }
 }
 
@@ -504,7 +510,9 @@ async fn usage_history_and_its_unsupported_mapping() {
         seen[0].get("ids"),
         Some(format!("{},{}", vm_id(601), vm_id(602)).as_str())
     );
-    assert_eq!(seen[0].get("startdate"), Some("2026-11-30 10:00:00"));
+    // The instant at −12:00: exact on zone-aware servers, never a later date on date-only ones.
+    assert_eq!(seen[0].get("startdate"), Some("2026-11-29T22:00:00-12:00"));
+    assert!(seen[0].get("enddate").is_none());
     assert!(within(10, client.list_usage_history(&[], None))
         .await
         .unwrap()

@@ -75,7 +75,7 @@ async fn each_fault_reaches_its_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
-async fn a_host_going_offline_is_unknown_then_false_after_its_grace() {
+async fn a_host_going_offline_stays_unknown_past_its_grace() {
     let client = kube_client().await;
     let (a, b) = (
         uuid::Uuid::new_v4().to_string(),
@@ -101,17 +101,27 @@ async fn a_host_going_offline_is_unknown_then_false_after_its_grace() {
     f.sim
         .inject_fault("vm-lost", Fault::HostOffline)
         .expect("host offline");
-    // Unknown first (within the grace), never False before it …
     f.cycle_until(&mut c, &names, Duration::from_secs(10), |s| {
         is(&s["m-lost"], "Unknown", "HostUnreachable")
     })
     .await;
-    // … then False once it has passed; the VM on the other host stays healthy.
-    let s = f
-        .cycle_until(&mut c, &names, Duration::from_secs(30), |s| {
-            is(&s["m-lost"], "False", "HostUnreachable") && is(&s["m-fine"], "True", "VMHealthy")
-        })
-        .await;
-    assert!(!s["m-fine"].1);
+    // Past the grace it is still Unknown: an agent that lost its connection is no proof the
+    // guest is gone, and CloudStack's HA changes the VM's state itself once it decides the
+    // host is down. Every cycle over twice the grace shows it; the other host's VM is healthy.
+    let until = std::time::Instant::now() + Duration::from_secs(8);
+    while std::time::Instant::now() < until {
+        let s = f
+            .cycle_until(&mut c, &names, Duration::from_secs(5), |s| {
+                is(&s["m-fine"], "True", "VMHealthy")
+            })
+            .await;
+        assert!(is(&s["m-lost"], "Unknown", "HostUnreachable"), "{s:?}");
+        assert!(
+            !s["m-lost"].1 && !s["m-fine"].1,
+            "nothing is annotated: {s:?}"
+        );
+        // Pace the cycles like the controller's poll interval would.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     f.cleanup().await;
 }

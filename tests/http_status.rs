@@ -120,6 +120,13 @@ fn report() -> StatusReport {
                 rate_limit_wait_seconds: 0.0,
                 held: false,
                 next_poll: None,
+                stats: Some(capc_health_shim::scope::StatsSummary {
+                    inferred_interval_seconds: Some(60),
+                    interval_in_force_seconds: 60,
+                    sums_rows: Some(true),
+                    retention_minutes: Some(720),
+                }),
+                stats_vms_asked: 1,
             },
             ScopeReport {
                 key: "https://cs.example/client/api zone=z2".into(),
@@ -136,6 +143,8 @@ fn report() -> StatusReport {
                 rate_limit_wait_seconds: 2.5,
                 held: true,
                 next_poll: None,
+                stats: None,
+                stats_vms_asked: 0,
             },
         ],
         failure_domains: vec![FailureDomainReport {

@@ -491,6 +491,7 @@ fn gen_vm(b: &mut Bytes<'_>, i: usize) -> VirtualMachine {
         cpuused: b.opt_text(3),
         jobid: b.opt_text(3),
         jobstatus: b.bool().then(|| b.u64() as i64 >> b.below(64)),
+        hypervisor: b.opt_text(3),
     }
 }
 

@@ -4,7 +4,7 @@
 use clap::{Args, ValueEnum};
 use jiff::SignedDuration;
 
-use crate::cli::{parse_duration, GraceArgs};
+use crate::cli::{duration_in, parse_duration, parse_rate_limit, GraceArgs};
 use crate::k8s::capi::Mode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -51,10 +51,14 @@ pub fn parse_override(s: &str) -> Result<EndpointOverride, String> {
     })
 }
 
+/// Longest `--kube-timeout`: the leader Lease lasts 15 s, is renewed 7 s before its end, and a
+/// write must end 1 s before it; much above 10 s no write would ever be sent.
+pub const MAX_KUBE_TIMEOUT: SignedDuration = SignedDuration::from_secs(10);
+
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// Time between polls of each CloudStack scope (jittered by ±10%).
-    #[arg(long, env = "CAPC_HEALTH_POLL_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "CAPC_HEALTH_POLL_INTERVAL", default_value = "30s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1)))]
     pub poll_interval: SignedDuration,
     /// How long a verdict must stay False before the remediate-machine annotation is set (annotate mode).
     #[arg(long, env = "CAPC_HEALTH_ESCALATION_DELAY", default_value = "60s", value_parser = parse_duration)]
@@ -79,18 +83,18 @@ pub struct RunArgs {
     #[arg(long = "endpoint-credentials", env = "CAPC_HEALTH_ENDPOINT_CREDENTIALS", value_delimiter = ',', value_parser = parse_override)]
     pub endpoint_credentials: Vec<EndpointOverride>,
     /// Timeout for the workload-cluster Node lookup of the NodeNotLinked guard.
-    #[arg(long, env = "CAPC_HEALTH_WORKLOAD_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "CAPC_HEALTH_WORKLOAD_TIMEOUT", default_value = "5s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_mins(5)))]
     pub workload_timeout: SignedDuration,
     /// Timeout of one CloudStack HTTP request.
-    #[arg(long, env = "CAPC_HEALTH_REQUEST_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "CAPC_HEALTH_REQUEST_TIMEOUT", default_value = "15s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_mins(10)))]
     pub request_timeout: SignedDuration,
     /// Client-side rate limit per scope client (endpoint × project × zone), requests per second; 0 turns it off.
-    #[arg(long, env = "CAPC_HEALTH_RATE_LIMIT", default_value_t = 5.0)]
+    #[arg(long, env = "CAPC_HEALTH_RATE_LIMIT", default_value_t = 5.0, value_parser = parse_rate_limit)]
     pub rate_limit: f64,
     /// Timeout of each call to the management cluster's API server: every write (condition,
     /// annotation, Event), Secret read and Lease confirmation. A write must end this long before
     /// the leader Lease could expire, or it is not sent.
-    #[arg(long, env = "CAPC_HEALTH_KUBE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "CAPC_HEALTH_KUBE_TIMEOUT", default_value = "5s", value_parser = duration_in(SignedDuration::from_secs(1), MAX_KUBE_TIMEOUT))]
     pub kube_timeout: SignedDuration,
     /// Condition writes (each with its Event) in flight at once; a cold start writes one per Machine.
     #[arg(long, env = "CAPC_HEALTH_MAX_CONCURRENT_WRITES", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]

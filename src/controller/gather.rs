@@ -88,10 +88,17 @@ impl Controller {
         summary.machines = targets.len();
         self.lay_our_writes_over(&mut targets);
 
-        let mut by_endpoint: BTreeMap<EndpointRef, Vec<String>> = BTreeMap::new();
+        // Per endpoint: every VM to track, and those of Machines without a Node — the only
+        // ones whose traffic statistics are asked (they cost CloudStack a sum over stored rows).
+        let mut by_endpoint: BTreeMap<EndpointRef, (Vec<String>, BTreeSet<String>)> =
+            BTreeMap::new();
         for t in &targets {
             if let (Some(e), Some(id), None) = (&t.endpoint, &t.instance_id, &t.problem) {
-                by_endpoint.entry(e.clone()).or_default().push(id.clone());
+                let (ids, stats_wanted) = by_endpoint.entry(e.clone()).or_default();
+                ids.push(id.clone());
+                if !t.machine.has_node_ref {
+                    stats_wanted.insert(id.clone());
+                }
             }
         }
         for scope in self.scopes.values_mut() {
@@ -99,11 +106,12 @@ impl Controller {
         }
         let mut scope_of = HashMap::new();
         let mut credential_errors = HashMap::new();
-        for (endpoint, ids) in &by_endpoint {
+        for (endpoint, (ids, stats_wanted)) in &by_endpoint {
             match self.scope_for(endpoint, now).await {
                 Ok(key) => {
                     let scope = self.scopes.get_mut(&key).expect("scope_for keeps it");
                     track_exactly(&mut scope.observer, ids);
+                    scope.observer.stats_wanted = Some(stats_wanted.clone());
                     scope_of.insert(endpoint.clone(), key);
                 }
                 Err(e) => {

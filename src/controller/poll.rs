@@ -110,6 +110,11 @@ async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces
         now,
     )
     .await;
+    scope.report.stats = Some(scope.observer.stats_summary(graces));
+    scope.report.stats_vms_asked = o.stats_vms_asked;
+    for note in [&o.stats_note, &o.capabilities_note].into_iter().flatten() {
+        tracing::debug!(scope = %scope.report.key, note = %note, "statistics");
+    }
     match &o.listing_error {
         Some(e) => scope.report.last_error = Some(e.to_string()),
         None => {

@@ -109,17 +109,11 @@ pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
         t.csm_state_since = csm.instance_state_since;
         let fd_name = csm.failure_domain_name.as_deref().unwrap_or_default();
         match failure_domain(objects.failure_domains, view, fd_name) {
-            Some(endpoint) => t.endpoint = Some(endpoint),
+            Ok(endpoint) => t.endpoint = Some(endpoint),
             // Not deployed yet: CAPC picks the failure domain and the VM together, so a missing
             // one is no credentials problem until there is an instance to judge.
-            None if t.instance_id.is_none() => {}
-            None => {
-                t.problem = Some(TargetProblem::NoFailureDomain(if fd_name.is_empty() {
-                    "(the CloudStackMachine names no failure domain)".to_string()
-                } else {
-                    fd_name.to_string()
-                }))
-            }
+            Err(_) if t.instance_id.is_none() => {}
+            Err(missing) => t.problem = Some(TargetProblem::NoFailureDomain(missing)),
         }
         if t.instance_id.is_none() && t.problem.is_none() {
             t.problem = Some(TargetProblem::NoInstanceId);
@@ -130,14 +124,18 @@ pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
 }
 
 /// The failure domain the Machine's CloudStackMachine names: by `spec.name` (or object name)
-/// in the Machine's namespace, preferring the one labelled with the Machine's cluster.
+/// in the Machine's namespace. CAPC makes one per cluster and labels it with the cluster, so
+/// the one labelled with the Machine's cluster is it; an unlabelled one (made by hand) only
+/// when it is the one failure domain of that name. One labelled for another cluster is never
+/// used: its zone and project would list the wrong VMs (and the VM would look gone). The
+/// error names what was looked for and what was found instead, for the `Unknown` verdict.
 fn failure_domain(
     fds: &[Arc<FailureDomainRecord>],
     m: &MachineView,
     fd_name: &str,
-) -> Option<EndpointRef> {
+) -> Result<EndpointRef, String> {
     if fd_name.is_empty() {
-        return None;
+        return Err("(the CloudStackMachine names no failure domain)".to_string());
     }
     let candidates: Vec<&FailureDomainRecord> = fds
         .iter()
@@ -145,19 +143,55 @@ fn failure_domain(
         .filter(|fd| fd.namespace == m.namespace)
         .filter(|fd| fd.spec_name.as_deref() == Some(fd_name) || fd.name == fd_name)
         .collect();
-    let fd = candidates
+    let own: Vec<&FailureDomainRecord> = candidates
         .iter()
-        .find(|fd| fd.cluster_name.as_deref() == Some(m.cluster_name.as_str()))
-        .or_else(|| candidates.first())?;
-    Some(EndpointRef {
+        .copied()
+        .filter(|fd| fd.cluster_name.as_deref() == Some(m.cluster_name.as_str()))
+        .collect();
+    let fd = match (own.as_slice(), candidates.as_slice()) {
+        ([fd], _) => *fd,
+        ([], [fd]) if fd.cluster_name.is_none() => *fd,
+        (_, []) => return Err(fd_name.to_string()),
+        _ => return Err(unusable(fd_name, &m.cluster_name, &candidates, own.len())),
+    };
+    Ok(EndpointRef {
         secret_namespace: fd
             .secret_namespace
             .clone()
             .unwrap_or_else(|| m.namespace.clone()),
-        secret_name: fd.secret_name.clone()?,
+        secret_name: fd
+            .secret_name
+            .clone()
+            .ok_or_else(|| format!("{fd_name} (its spec.acsEndpoint names no Secret)"))?,
         project: fd.project.clone(),
         zone_id: fd.zone_id.clone(),
     })
+}
+
+/// Why none of several failure domains named `fd_name` can be used for a Machine of `cluster`:
+/// the clusters they are labelled for, so the operator sees the mix-up.
+fn unusable(
+    fd_name: &str,
+    cluster: &str,
+    candidates: &[&FailureDomainRecord],
+    own: usize,
+) -> String {
+    let mut found: Vec<&str> = candidates
+        .iter()
+        .map(|fd| fd.cluster_name.as_deref().unwrap_or("no cluster label"))
+        .collect();
+    found.sort_unstable();
+    found.dedup();
+    let found = found.join(", ");
+    let why = if own == 0 && candidates.iter().all(|fd| fd.cluster_name.is_some()) {
+        format!("only found for cluster(s) {found}; another cluster's failure domain is never used")
+    } else {
+        format!(
+            "ambiguous: {} failure domains of that name, for {found}",
+            candidates.len()
+        )
+    };
+    format!("{fd_name} of cluster {cluster} ({why})")
 }
 
 #[cfg(test)]
@@ -187,6 +221,18 @@ mod tests {
         json!({"metadata": {"name": "0123abcd", "namespace": "ns", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
                "spec": {"name": "fd1", "zone": {"name": "z", "id": "zone-1"}, "project": "p1",
                         "acsEndpoint": {"name": "secret1", "namespace": "capc-system"}}})
+    }
+
+    /// A failure domain `fd1` (object `object`) labelled for `cluster` (`None`: unlabelled),
+    /// in its own zone and project.
+    fn fd_of(object: &str, cluster: Option<&str>, zone: &str) -> Value {
+        let mut v = json!({"metadata": {"name": object, "namespace": "ns"},
+               "spec": {"name": "fd1", "zone": {"name": zone, "id": zone}, "project": format!("p-{zone}"),
+                        "acsEndpoint": {"name": "secret1", "namespace": "capc-system"}}});
+        if let Some(c) = cluster {
+            v["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": c});
+        }
+        v
     }
 
     fn records<T>(json: &[Value], read: impl Fn(&Value) -> Option<T>) -> Vec<Arc<T>> {
@@ -273,6 +319,86 @@ mod tests {
                 "{fd_name:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_failure_domain_of_another_cluster_is_never_used() {
+        let zone_of = |fds: &[Value]| {
+            let t = build_one(
+                &[machine("m1", "csm1")],
+                &[csm("csm1", Some("a"), "fd1")],
+                fds,
+            );
+            (
+                t[0].endpoint.as_ref().and_then(|e| e.zone_id.clone()),
+                t[0].problem.clone(),
+            )
+        };
+        // Labelled for the Machine's cluster c1: that one, wherever it sorts.
+        for fds in [
+            [
+                fd_of("a", Some("c2"), "zone-c2"),
+                fd_of("b", Some("c1"), "zone-c1"),
+            ],
+            [
+                fd_of("a", Some("c1"), "zone-c1"),
+                fd_of("b", Some("c2"), "zone-c2"),
+            ],
+            [
+                fd_of("a", None, "zone-none"),
+                fd_of("b", Some("c1"), "zone-c1"),
+            ],
+        ] {
+            assert_eq!(zone_of(&fds), (Some("zone-c1".into()), None));
+        }
+        // The only failure domain of that name, unlabelled: an operator's own, used.
+        assert_eq!(
+            zone_of(&[fd_of("a", None, "zone-none")]),
+            (Some("zone-none".into()), None)
+        );
+        // Only another cluster's (or several candidates, none of c1): no endpoint, and a
+        // problem naming the failure domain and the clusters it was found for.
+        for (fds, clusters) in [
+            (vec![fd_of("a", Some("c2"), "zone-c2")], "c2"),
+            (
+                vec![
+                    fd_of("a", Some("c2"), "zone-c2"),
+                    fd_of("b", Some("c3"), "zone-c3"),
+                ],
+                "c2, c3",
+            ),
+            (
+                vec![
+                    fd_of("a", None, "zone-none"),
+                    fd_of("b", Some("c2"), "zone-c2"),
+                ],
+                "c2",
+            ),
+            (
+                vec![fd_of("a", None, "zone-1"), fd_of("b", None, "zone-2")],
+                "no cluster label",
+            ),
+        ] {
+            let (zone, problem) = zone_of(&fds);
+            assert_eq!(zone, None, "{fds:?}");
+            let Some(TargetProblem::NoFailureDomain(text)) = problem else {
+                panic!("{problem:?} for {fds:?}");
+            };
+            assert!(
+                text.contains("fd1") && text.contains("c1") && text.contains(clusters),
+                "{text}"
+            );
+        }
+        // Two labelled for c1 itself: ambiguous too.
+        let (zone, problem) = zone_of(&[
+            fd_of("a", Some("c1"), "zone-1"),
+            fd_of("b", Some("c1"), "zone-2"),
+        ]);
+        assert_eq!(zone, None);
+        assert!(
+            matches!(&problem, Some(TargetProblem::NoFailureDomain(t)) if t.contains("fd1")),
+            "{problem:?}"
+        );
     }
 
     #[test]

@@ -274,6 +274,16 @@ impl CloudStackError {
         }
     }
 
+    /// The text for a condition message: the same for the same trouble on every poll (Display,
+    /// for logs and `/status`, keeps the retry-after, skew, ids and sizes that [`mask_volatile`]
+    /// masks here; a timeout's and a bad configuration's text is stable as it is).
+    pub fn stable_summary(&self) -> String {
+        match self {
+            Self::Timeout { .. } | Self::Config { .. } => self.to_string(),
+            _ => mask_volatile(&self.to_string()),
+        }
+    }
+
     /// Whether repeating the same read later can succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
@@ -460,6 +470,29 @@ impl CloudStackError {
 fn mentions_unknown_command(text: &str) -> bool {
     let t = text.to_ascii_lowercase();
     t.contains("does not exist") || t.contains("unknown command")
+}
+
+/// `…` for a number before a unit (`[218] ms`, `3600 s`, `512 bytes`) and for a word with 3+
+/// digits among other characters (request ids, times, UUIDs); codes (`4400`, `HTTP/1.1`) stay.
+pub fn mask_volatile(text: &str) -> String {
+    const UNITS: [&str; 7] = ["ms", "s", "sec", "secs", "seconds", "bytes", "kib"];
+    let core: fn(&str) -> &str = |w| w.trim_matches(|c: char| !c.is_alphanumeric());
+    let words: Vec<&str> = text.split(' ').collect();
+    let mut out = Vec::with_capacity(words.len());
+    for (i, w) in words.iter().enumerate() {
+        let c = core(w);
+        let unit = words
+            .get(i + 1)
+            .map_or(String::new(), |n| core(n).to_ascii_lowercase());
+        let digits = c.bytes().filter(u8::is_ascii_digit).count();
+        let volatile = if digits > 0 && digits == c.len() {
+            UNITS.contains(&unit.as_str())
+        } else {
+            digits >= 3
+        };
+        out.push(w.replacen(c, "…", usize::from(volatile)));
+    }
+    out.join(" ")
 }
 
 /// Parses the `<ms>` of "… please retry after [<ms>] ms." (brackets optional).
@@ -731,5 +764,101 @@ mod tests {
             other.clone().with_server_clock(Some(date), sent, lifetime),
             other
         );
+    }
+
+    #[test]
+    fn the_stable_summary_of_a_429_does_not_change_with_retry_after() {
+        let e = |ms: u32| {
+            CloudStackError::from_code(
+                429,
+                Some(4400),
+                Some(&format!(
+                    "The given user has reached his/her account api limit, please retry after [{ms}] ms."
+                )),
+                false,
+            )
+        };
+        let (a, b) = (e(218), e(37));
+        assert_eq!(a.stable_summary(), b.stable_summary());
+        let stable = a.stable_summary();
+        assert!(
+            stable.contains("throttled") && stable.contains("429"),
+            "{stable}"
+        );
+        assert!(stable.contains("cserrorcode 4400"), "{stable}");
+        assert!(!stable.contains("218"), "{stable}");
+        // The full text (logs, /status) keeps the numbers.
+        assert!(a.to_string().contains("retry after 218 ms"), "{a}");
+        assert!(b.to_string().contains("37"), "{b}");
+        assert_ne!(a.to_string(), b.to_string());
+    }
+
+    #[test]
+    fn the_stable_summary_of_clock_skew_does_not_change_with_the_skew() {
+        let e = |ahead: u64| CloudStackError::SignatureExpired {
+            server_ahead: Duration::from_secs(ahead),
+            lifetime: Duration::from_secs(300),
+            detail: ErrorDetail::new(None, Some("unable to verify user credentials")),
+        };
+        let (a, b) = (e(3600), e(3607));
+        assert_eq!(a.stable_summary(), b.stable_summary());
+        let stable = a.stable_summary();
+        assert!(
+            stable.contains("clock skew") && stable.contains("401") && stable.contains("lifetime"),
+            "{stable}"
+        );
+        assert!(!stable.contains("3600"), "{stable}");
+        assert!(a.to_string().contains("3600 s") && b.to_string().contains("3607 s"));
+    }
+
+    #[test]
+    fn the_stable_summary_drops_per_response_numbers_and_ids() {
+        let page = |id: &str, bytes: usize| {
+            (
+                CloudStackError::NotJson {
+                    status: 502,
+                    content_type: Some("text/html".into()),
+                    snippet: format!("502 Bad Gateway Request ID: {id}"),
+                },
+                CloudStackError::malformed(format!(
+                    "HTTP 200 body is declared JSON but does not parse, truncated or corrupt ({bytes} bytes)"
+                )),
+            )
+        };
+        let (a1, a2) = page("7f3a9c2e1b4d", 512);
+        let (b1, b2) = page("0c1d2e3f4a5b", 8191);
+        assert_eq!(a1.stable_summary(), b1.stable_summary());
+        assert_eq!(a2.stable_summary(), b2.stable_summary());
+        assert!(
+            a1.stable_summary().contains("HTTP 502"),
+            "{}",
+            a1.stable_summary()
+        );
+        assert!(a1.to_string().contains("7f3a9c2e1b4d"));
+        // What does not change per request is kept as it is.
+        let e = CloudStackError::from_code(534, Some(4380), Some("host down"), false);
+        assert_eq!(e.stable_summary(), e.to_string());
+        let t = CloudStackError::Timeout {
+            after: Duration::from_secs(15),
+        };
+        assert_eq!(t.stable_summary(), t.to_string());
+    }
+
+    #[test]
+    fn masking_keeps_the_words_and_short_codes() {
+        assert_eq!(
+            mask_volatile("please retry after [218] ms. Wait 5 s, got 512 bytes"),
+            "please retry after […] ms. Wait … s, got … bytes"
+        );
+        assert_eq!(
+            mask_volatile(
+                "502 Bad Gateway (os error 111) at 2030-01-01T00:00:00Z id=0d1e6f3a-8a43"
+            ),
+            "502 Bad Gateway (os error 111) at … …"
+        );
+        for odd in ["", "...", ": .", "…", "é.ü:", "a...b", "1", "[1]"] {
+            let _ = mask_volatile(odd);
+        }
+        assert_eq!(mask_volatile("..."), "...");
     }
 }

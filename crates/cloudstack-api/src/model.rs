@@ -388,6 +388,13 @@ pub struct VirtualMachine {
         skip_serializing_if = "Option::is_none"
     )]
     pub jobstatus: Option<i64>,
+    /// `KVM`, `VMware`, `XenServer`, …: how its traffic counters are sampled (cloudstack-api.md §3.1b).
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub hypervisor: Option<String>,
 }
 
 /// One NIC of a VM (`nic[]` with `details=nics`).
@@ -448,9 +455,16 @@ pub struct Nic {
 }
 
 impl Nic {
-    /// Whether CloudStack is expected to assign this NIC an address (L2 networks do not).
+    /// Whether CloudStack assigns this NIC's address itself: Isolated and Shared networks,
+    /// whose IPAM reserves it when the NIC is allocated, before the VM runs. L2 networks have
+    /// no IPAM (the guest's address, if any, comes from outside), and a network type this
+    /// version does not know is not judged either (docs/cloudstack-stats.md §6).
     pub fn expects_address(&self) -> bool {
-        !matches!(self.network_type.as_deref(), Some(t) if t.eq_ignore_ascii_case("L2"))
+        self.network_type.as_deref().is_some_and(|t| {
+            ["Isolated", "Shared"]
+                .iter()
+                .any(|k| t.eq_ignore_ascii_case(k))
+        })
     }
 
     pub fn has_address(&self) -> bool {

@@ -37,7 +37,7 @@
 //! - [`world`]: the model (accounts, zones, networks, hosts, projects, VMs, affinity groups,
 //!   async jobs) and its evolution.
 //! - [`catalog`]: service offerings, templates, disk offerings, affinity groups, jobs.
-//! - [`traffic`]: closed-form hypervisor counters per guest behaviour.
+//! - [`traffic`]: guest traffic profiles as closed-form bytes over time (with the estimates).
 //! - [`api`]: request collection, verification, role/throttle/page rules, envelopes.
 //! - [`commands`]: the command table and the VM list, NIC and discovery handlers.
 //! - [`directory`]: users, keys, domain, accounts, projects, zones, networks, offerings,
@@ -46,6 +46,7 @@
 //! - [`scenario`]: scenario file parsing with path-precise errors.
 //! - [`server`]: the HTTP server, admin API and API-level fault injection.
 
+pub mod admin;
 pub mod api;
 pub mod catalog;
 pub mod clock;
@@ -65,16 +66,24 @@ use serde_json::{json, Value};
 pub use clock::{real_now_ms, SimClock};
 pub use scenario::{load_scenario_file, parse_scenario, ScenarioError};
 pub use server::{serve, serve_tls, tls_config, ApiFaults, SimServer};
+pub use traffic::Profile;
 pub use world::{
-    AccountType, Fault, GuestKind, HostControl, Ms, NetworkType, Role, RoleRule, Settings,
-    Throttle, VmSpec, VmState, World, WorldError,
+    AccountType, Fault, GuestKind, HostChange, HostControl, HostStatus, Hypervisor, Ms,
+    NetworkType, ResourceState, Role, RoleRule, Settings, Throttle, VmSpec, VmState, World,
+    WorldError,
 };
 
-/// Per-command, per-result call counts (`GET /sim/calls`).
+/// Per-command, per-result call counts (`GET /sim/calls`), and how many `vm_stats` rows the
+/// server read to answer them (what asking for stats costs CloudStack).
 #[derive(Debug, Default, Clone)]
 pub struct CallStats {
     pub total: u64,
     pub by_command: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Rows read per command.
+    pub stats_rows_by_command: BTreeMap<String, u64>,
+    /// Rows read by the most recent API request, and the most any one request read.
+    pub stats_rows_last_request: u64,
+    pub stats_rows_max_request: u64,
 }
 
 /// The mutable state behind a [`Simulator`].
@@ -99,6 +108,19 @@ impl SimState {
             self.signatures.pop_front();
         }
         self.signatures.push_back(signature.to_string());
+    }
+
+    /// Records how many `vm_stats` rows one request read.
+    pub fn record_stats_rows(&mut self, command: &str, rows: u64) {
+        self.calls.stats_rows_last_request = rows;
+        self.calls.stats_rows_max_request = self.calls.stats_rows_max_request.max(rows);
+        if rows > 0 && commands::find(command).is_some() {
+            *self
+                .calls
+                .stats_rows_by_command
+                .entry(command.to_string())
+                .or_insert(0) += rows;
+        }
     }
 
     pub fn record_call(&mut self, command: &str, result: &str) {
@@ -255,7 +277,27 @@ impl Simulator {
     /// Call counts as served by `GET /sim/calls`.
     pub fn calls(&self) -> Value {
         let st = self.lock();
-        json!({"total": st.calls.total, "by_command": st.calls.by_command})
+        let c = &st.calls;
+        json!({
+            "total": c.total,
+            "by_command": c.by_command,
+            "stats_rows_read": {
+                "total": st.world.stats_rows_read,
+                "by_command": c.stats_rows_by_command,
+                "last_request": c.stats_rows_last_request,
+                "max_request": c.stats_rows_max_request,
+            },
+        })
+    }
+
+    /// Sets (or clears, with `None`) a VM's traffic profile from now on.
+    pub fn set_profile(&self, vm: &str, profile: Option<Profile>) -> Result<(), WorldError> {
+        self.with_world(|w| {
+            let i = w
+                .vm_index(vm)
+                .ok_or_else(|| WorldError::NotFound(format!("no VM with id or name {vm:?}")))?;
+            w.set_profile_now(i, profile)
+        })
     }
 
     /// Clears call counts, API faults and throttle windows; with `world`, also restores
@@ -263,6 +305,7 @@ impl Simulator {
     pub fn reset(&self, world: bool) {
         let mut st = self.lock();
         st.calls = CallStats::default();
+        st.world.stats_rows_read = 0;
         st.signatures.clear();
         st.api_faults = ApiFaults::default();
         st.throttle.clear();

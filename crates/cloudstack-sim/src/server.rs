@@ -5,21 +5,22 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use axum::{Json, Router};
+use axum::Router;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+pub use super::admin::vm_admin_json;
+use super::admin::*;
 use super::api::{self, collect_params, error_body, ApiError, Env};
 use super::clock::real_now_ms;
 use super::commands;
-use super::scenario;
-use super::world::{format_time, Fault, Throttle, Vm, World, WorldError};
+use super::world::Throttle;
 use super::Simulator;
 
 const JSON_CT: &str = "application/json; charset=UTF-8";
@@ -70,8 +71,8 @@ impl SimServer {
 }
 
 #[derive(Clone)]
-struct App {
-    sim: Simulator,
+pub(crate) struct App {
+    pub(crate) sim: Simulator,
     stop: watch::Receiver<bool>,
 }
 
@@ -175,6 +176,13 @@ fn router(app: App) -> Router {
         .route(
             "/sim/vms/{id}/faults",
             post(admin_add_fault).delete(admin_clear_faults),
+        )
+        .route("/sim/vms/{id}/guest", post(admin_set_guest))
+        .route("/sim/hosts", get(admin_list_hosts))
+        .route("/sim/hosts/{id}", get(admin_get_host).post(admin_set_host))
+        .route(
+            "/sim/settings",
+            get(admin_get_settings).post(admin_set_settings),
         )
         .route("/sim/api", get(admin_get_api).post(admin_set_api))
         .route("/sim/calls", get(admin_calls))
@@ -325,6 +333,7 @@ async fn api_handler(
         let st = &mut *guard;
         let now = st.clock.now_ms();
         st.world.advance_to(now);
+        let rows_before = st.world.stats_rows_read;
         let mut reply = api::handle(
             &mut st.world,
             Env {
@@ -364,6 +373,8 @@ async fn api_handler(
             reply.status.to_string()
         };
         st.record_call(&reply.command, &label);
+        let rows = st.world.stats_rows_read - rows_before;
+        st.record_stats_rows(&reply.command, rows);
         (reply, truncate)
     };
     tracing::debug!(command = %reply.command, status = reply.status, "api call");
@@ -389,310 +400,4 @@ async fn api_handler(
         }
     }
     r
-}
-
-// ---- admin API -------------------------------------------------------------------------
-
-fn admin_error(status: StatusCode, msg: impl Into<String>) -> Response {
-    (status, Json(json!({"error": msg.into()}))).into_response()
-}
-
-fn world_error(e: WorldError) -> Response {
-    let status = match &e {
-        WorldError::NotFound(_) => StatusCode::NOT_FOUND,
-        WorldError::Invalid(_) => StatusCode::BAD_REQUEST,
-        WorldError::Conflict(_) => StatusCode::CONFLICT,
-    };
-    admin_error(status, e.to_string())
-}
-
-fn parse_body(body: &Bytes) -> Result<Value, Box<Response>> {
-    if body.iter().all(|b| b.is_ascii_whitespace()) {
-        return Ok(json!({}));
-    }
-    serde_json::from_slice(body).map_err(|e| {
-        Box::new(admin_error(
-            StatusCode::BAD_REQUEST,
-            format!("body is not valid JSON: {e}"),
-        ))
-    })
-}
-
-/// The admin view of one VM (internal state included).
-pub fn vm_admin_json(w: &World, vm: &Vm) -> Value {
-    let host = w.hosts.get(vm.host);
-    let nic = vm.visible_nic();
-    json!({
-        "id": vm.id,
-        "name": vm.name,
-        "displayname": vm.display_name,
-        "state": vm.state.as_str(),
-        "removed": vm.removed,
-        "guest": vm.guest.as_str(),
-        "faults": vm.faults().iter().map(|f| f.as_str()).collect::<Vec<_>>(),
-        "account": w.accounts.get(vm.account).map(|a| a.name.clone()),
-        "project": vm.project.and_then(|p| w.projects.get(p)).map(|p| p.name.clone()),
-        "zone": w.zones.get(vm.zone).map(|z| z.name.clone()),
-        "host": host.map(|h| h.name.clone()),
-        "hostid": host.map(|h| h.id.clone()),
-        "host_control_state": host.map(|h| h.control.as_str()),
-        "nic": nic.is_some(),
-        "network": nic.and_then(|n| w.networks.get(n.network)).map(|n| n.name.clone()),
-        "ipaddress": vm.visible_ip().map(|i| i.to_string()),
-        "boot_seconds": vm.boot_ms as f64 / 1000.0,
-        "created": format_time(vm.created_ms),
-        "lastupdated": format_time(vm.last_updated_ms),
-        "running_since": vm.running_since.map(format_time),
-        "joined": w.joined(vm),
-        "counters": vm.last_sample.map(|s| json!({
-            "sampled_at": format_time(s.at_ms),
-            "intervals": s.n,
-            "networkkbsread": s.rx_kib,
-            "networkkbswrite": s.tx_kib,
-            "diskkbsread": s.disk_read_kib,
-            "diskkbswrite": s.disk_write_kib,
-        })),
-        "history_samples": vm.history.len(),
-        "tags": vm.tags.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
-        "deployed": vm.deployed,
-        "service_offering": w.service_offerings.get(vm.offering).map(|o| o.name.clone()),
-        "template": w.templates.get(vm.template).map(|t| t.name.clone()),
-        "cpu_number": vm.cpu_number,
-        "memory_mb": vm.memory_mb,
-        "userdata_bytes": vm.userdata.as_ref().map(Vec::len),
-        "userdata_gzip": vm.userdata.as_ref().is_some_and(|u| u.starts_with(&[0x1f, 0x8b])),
-        "keypair": vm.keypair,
-        "affinity_groups": vm.affinity_groups.iter().filter_map(|g| w.affinity_groups.get(*g)).map(|g| g.name.clone()).collect::<Vec<_>>(),
-        "details": vm.details.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
-        "data_disk_gb": vm.data_disk.as_ref().map(|d| d.size_gb),
-    })
-}
-
-async fn admin_list_vms(State(app): State<App>) -> Response {
-    let st = app.sim.lock_advanced();
-    let vms: Vec<Value> = st
-        .world
-        .vms()
-        .iter()
-        .map(|v| vm_admin_json(&st.world, v))
-        .collect();
-    Json(json!({"now": format_time(st.world.now_ms()), "vms": vms})).into_response()
-}
-
-async fn admin_get_vm(State(app): State<App>, Path(id): Path<String>) -> Response {
-    let st = app.sim.lock_advanced();
-    match st.world.vm_index(&id).and_then(|i| st.world.vm(i)) {
-        Some(vm) => Json(vm_admin_json(&st.world, vm)).into_response(),
-        None => admin_error(
-            StatusCode::NOT_FOUND,
-            format!("no VM with id or name {id:?}"),
-        ),
-    }
-}
-
-async fn admin_create_vm(State(app): State<App>, body: Bytes) -> Response {
-    let v = match parse_body(&body) {
-        Ok(v) => v,
-        Err(r) => return *r,
-    };
-    let spec = match scenario::vm_spec(&v, "$", false) {
-        Ok((s, _)) => s,
-        Err(e) => {
-            return admin_error(
-                StatusCode::BAD_REQUEST,
-                format!("{}: {}", e.path, e.message),
-            )
-        }
-    };
-    let mut st = app.sim.lock_advanced();
-    match st.world.add_vm(&spec) {
-        Ok(i) => {
-            let w = &st.world;
-            let view = w
-                .vm(i)
-                .map(|vm| vm_admin_json(w, vm))
-                .unwrap_or(Value::Null);
-            (StatusCode::CREATED, Json(view)).into_response()
-        }
-        Err(e) => world_error(e),
-    }
-}
-
-async fn admin_add_fault(State(app): State<App>, Path(id): Path<String>, body: Bytes) -> Response {
-    let v = match parse_body(&body) {
-        Ok(v) => v,
-        Err(r) => return *r,
-    };
-    let mut st = app.sim.lock_advanced();
-    let Some(idx) = st.world.vm_index(&id) else {
-        return admin_error(
-            StatusCode::NOT_FOUND,
-            format!("no VM with id or name {id:?}"),
-        );
-    };
-    let Some(name) = v.get("fault").and_then(Value::as_str) else {
-        return admin_error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "body must be {{\"fault\": F}} with F one of: {}",
-                Fault::names()
-            ),
-        );
-    };
-    let Some(fault) = Fault::parse(name) else {
-        return admin_error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "unknown fault {name:?} (expected one of: {})",
-                Fault::names()
-            ),
-        );
-    };
-    st.world.apply_fault_now(idx, fault);
-    let w = &st.world;
-    Json(
-        w.vm(idx)
-            .map(|vm| vm_admin_json(w, vm))
-            .unwrap_or(Value::Null),
-    )
-    .into_response()
-}
-
-async fn admin_clear_faults(State(app): State<App>, Path(id): Path<String>) -> Response {
-    let mut st = app.sim.lock_advanced();
-    let Some(idx) = st.world.vm_index(&id) else {
-        return admin_error(
-            StatusCode::NOT_FOUND,
-            format!("no VM with id or name {id:?}"),
-        );
-    };
-    st.world.clear_faults_now(idx);
-    let w = &st.world;
-    Json(
-        w.vm(idx)
-            .map(|vm| vm_admin_json(w, vm))
-            .unwrap_or(Value::Null),
-    )
-    .into_response()
-}
-
-async fn admin_get_api(State(app): State<App>) -> Response {
-    let st = app.sim.lock();
-    Json(st.api_faults.to_json(st.world.settings.throttle)).into_response()
-}
-
-async fn admin_set_api(State(app): State<App>, body: Bytes) -> Response {
-    let v = match parse_body(&body) {
-        Ok(v) => v,
-        Err(r) => return *r,
-    };
-    let Some(obj) = v.as_object() else {
-        return admin_error(StatusCode::BAD_REQUEST, "body must be a JSON object");
-    };
-    let mut st = app.sim.lock();
-    let mut f = st.api_faults.clone();
-    let mut throttle = st.world.settings.throttle;
-    for (k, val) in obj {
-        let bad =
-            |what: &str| admin_error(StatusCode::BAD_REQUEST, format!("{k}: expected {what}"));
-        match k.as_str() {
-            "outage" => match val.as_bool() {
-                Some(b) => f.outage = b,
-                None => return bad("a boolean"),
-            },
-            "timeout_next" | "malformed_next" | "html_next" | "fault_after" => {
-                let Some(n) = val.as_u64() else {
-                    return bad("a non-negative integer");
-                };
-                match k.as_str() {
-                    "timeout_next" => f.timeout_next = n,
-                    "malformed_next" => f.malformed_next = n,
-                    "fault_after" => f.fault_after = n,
-                    _ => f.html_next = n,
-                }
-            }
-            "latency_ms" => match val.as_u64() {
-                Some(n) => f.latency_ms = n,
-                None => return bad("a non-negative integer"),
-            },
-            "clock_skew_seconds" => match val.as_f64() {
-                Some(x) if x.is_finite() && x.abs() < 1e9 => f.clock_skew_ms = (x * 1000.0) as i64,
-                _ => return bad("a number of seconds (negative = behind)"),
-            },
-            "server_error_rate" => match val.as_f64() {
-                Some(r) if (0.0..=1.0).contains(&r) => f.server_error_rate = r,
-                _ => return bad("a number between 0 and 1"),
-            },
-            "throttle" => {
-                if val.is_null() {
-                    throttle = None;
-                } else {
-                    match serde_json::from_value::<Throttle>(val.clone()) {
-                        Ok(t) if t.interval_seconds > 0 => throttle = Some(t),
-                        _ => return bad("null or {\"max\": N, \"interval_seconds\": S} with S >= 1"),
-                    }
-                }
-            }
-            _ => {
-                return admin_error(
-                    StatusCode::BAD_REQUEST,
-                    format!(
-                        "unknown field {k:?} (expected outage, throttle, latency_ms, server_error_rate, timeout_next, malformed_next, html_next, fault_after, clock_skew_seconds)"
-                    ),
-                )
-            }
-        }
-    }
-    if throttle != st.world.settings.throttle {
-        st.throttle.clear();
-    }
-    st.api_faults = f;
-    st.world.settings.throttle = throttle;
-    Json(st.api_faults.to_json(throttle)).into_response()
-}
-
-async fn admin_calls(State(app): State<App>) -> Response {
-    Json(app.sim.calls()).into_response()
-}
-
-async fn admin_reset(State(app): State<App>, body: Bytes) -> Response {
-    let v = match parse_body(&body) {
-        Ok(v) => v,
-        Err(r) => return *r,
-    };
-    let world = v.get("world").and_then(Value::as_bool).unwrap_or(false);
-    app.sim.reset(world);
-    Json(json!({"reset": true, "world": world})).into_response()
-}
-
-fn clock_json(app: &App) -> Value {
-    let st = app.sim.lock_advanced();
-    json!({
-        "now": format_time(st.world.now_ms()),
-        "now_ms": st.world.now_ms(),
-        "time_scale": st.clock.scale(),
-        "advanced_seconds": st.clock.advanced_ms() as f64 / 1000.0,
-        "start": format_time(st.clock.start_ms()),
-    })
-}
-
-async fn admin_get_clock(State(app): State<App>) -> Response {
-    Json(clock_json(&app)).into_response()
-}
-
-async fn admin_set_clock(State(app): State<App>, body: Bytes) -> Response {
-    let v = match parse_body(&body) {
-        Ok(v) => v,
-        Err(r) => return *r,
-    };
-    match v.get("advance_seconds").and_then(Value::as_f64) {
-        Some(s) if s.is_finite() && s >= 0.0 => app.sim.advance(s),
-        _ => {
-            return admin_error(
-                StatusCode::BAD_REQUEST,
-                "body must be {\"advance_seconds\": N} with N >= 0",
-            )
-        }
-    }
-    Json(clock_json(&app)).into_response()
 }

@@ -2,7 +2,8 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::history::{Sighting, Traffic, VmHistory};
+use super::history::{Sighting, VmHistory};
+use super::traffic::{assess_traffic, TrafficEvidence};
 use super::{at, human_duration, reason, Graces, Status, Verdict};
 use cloudstack_api::model::VmState;
 
@@ -86,13 +87,7 @@ fn evaluate_vm(h: &VmHistory, machine: &MachineFacts, g: &Graces, now: Timestamp
                 v.changes_at(now + g.poll_interval)
             }
         }
-        VmState::Stopped | VmState::Shutdown => graced(
-            g.stopped,
-            since,
-            now,
-            reason::VM_STOPPED,
-            format!("VM {} is {state} since {}", seen.name, at(since)),
-        ),
+        VmState::Stopped | VmState::Shutdown => stopped(seen, since, g, now),
         VmState::Destroyed | VmState::Expunging => {
             if h.state_polls >= g.not_found_polls {
                 Verdict::new(
@@ -225,6 +220,30 @@ fn graced(
     }
 }
 
+/// A stopped VM is judged after its grace — unless CloudStack itself may still bring it back:
+/// a job on it is in flight (a start, a migration), or its offering is HA-enabled, and HA
+/// restarts such a VM that stopped outside CloudStack's control (docs/cloudstack-stats.md).
+fn stopped(seen: &Sighting, since: Timestamp, g: &Graces, now: Timestamp) -> Verdict {
+    let message = format!("VM {} is {} since {}", seen.name, seen.state, at(since));
+    if seen.job_pending {
+        return Verdict::new(
+            Status::Unknown,
+            reason::VM_STOPPED,
+            format!("{message}; a CloudStack job on it is still running"),
+        );
+    }
+    if seen.ha_enabled {
+        return graced(
+            g.stopped_ha,
+            since,
+            now,
+            reason::VM_STOPPED,
+            format!("{message} (HA-enabled: CloudStack may restart it)"),
+        );
+    }
+    graced(g.stopped, since, now, reason::VM_STOPPED, message)
+}
+
 fn running(
     h: &VmHistory,
     seen: &Sighting,
@@ -239,16 +258,19 @@ fn running(
             seen.name,
             at(since)
         );
-        if machine.has_node {
-            return Verdict::new(Status::Unknown, reason::HOST_UNREACHABLE, message);
-        }
-        return graced(
-            g.host_unreachable,
-            since,
-            now,
-            reason::HOST_UNREACHABLE,
-            message,
-        );
+        // Never False from the host's control state alone: Offline/Unknown is an agent that
+        // lost its connection while guests usually run on (an agent restart shows it), and
+        // once CloudStack decides the host is really down its HA changes the VM's state
+        // itself — restarted elsewhere, or Stopped — which the state rules then judge.
+        let waited = now.duration_since(since) >= g.host_unreachable;
+        let message = if waited && !machine.has_node {
+            format!(
+                "{message}; CloudStack has not declared the host down (no HA action yet), so                  this stays Unknown — MHC's node-startup timeout still applies"
+            )
+        } else {
+            message
+        };
+        return Verdict::new(Status::Unknown, reason::HOST_UNREACHABLE, message);
     }
     if machine.has_node {
         return Verdict::new(
@@ -256,6 +278,17 @@ fn running(
             reason::VM_RUNNING,
             format!(
                 "VM {} is Running; the Machine has a Node, whose health is MHC's job",
+                seen.name
+            ),
+        );
+    }
+    if seen.job_pending && (h.nic_detached_since.is_some() || h.nic_no_address_since.is_some()) {
+        // addNicToVirtualMachine / removeNicFromVirtualMachine / updateVmNicIp in flight.
+        return Verdict::new(
+            Status::Unknown,
+            reason::VM_RUNNING,
+            format!(
+                "VM {} is Running; its NICs are changing (a CloudStack job on it is still running)",
                 seen.name
             ),
         );
@@ -288,7 +321,7 @@ fn running(
     } else {
         format!(" ({})", seen.addresses.join(", "))
     };
-    match assess_traffic(&h.traffic, g, now) {
+    match assess_traffic(&h.traffic, seen, g, now) {
         TrafficEvidence::Silent(evidence) => Verdict::new(
             Status::False,
             reason::GUEST_NETWORK_SILENT,
@@ -315,119 +348,6 @@ fn running(
                 Some(at) => v.changes_at(at),
                 None => v,
             }
-        }
-    }
-}
-
-/// What the traffic counters say about the guest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TrafficEvidence {
-    Rising(String),
-    Silent(String),
-    /// No verdict from traffic: stats absent, stale, or too few samples yet.
-    Inconclusive {
-        why: String,
-        silent_at: Option<Timestamp>,
-    },
-}
-
-/// The listing's counter rose within the freshness window.
-pub fn rose_recently(t: &Traffic, g: &Graces, now: Timestamp) -> bool {
-    t.last_rise
-        .is_some_and(|r| now.duration_since(r) <= rise_fresh_within(t, g))
-}
-
-/// How long a rise of the listing's counter stays proof of activity: two stats intervals plus
-/// the spacing of the polls that look for it — polls slower than `--poll-interval` (a big
-/// fleet behind a rate limit) must not make every VM look idle. Capped at the stale-poll age,
-/// beyond which observation restarts anyway.
-pub fn rise_fresh_within(t: &Traffic, g: &Graces) -> SignedDuration {
-    let spacing = t
-        .poll_spacing
-        .unwrap_or(g.poll_interval)
-        .clamp(g.poll_interval, g.stale_after().max(g.poll_interval));
-    g.stats_interval * 2 + spacing
-}
-
-pub fn assess_traffic(t: &Traffic, g: &Graces, now: Timestamp) -> TrafficEvidence {
-    let needed = usize::try_from(g.silent_samples.max(1)).unwrap_or(usize::MAX);
-    if let Some(arrived) = t.newest_sample_arrived {
-        // Usage history exists for this VM: its sample times decide.
-        let age = now.duration_since(arrived);
-        if age > g.stats_fresh_within() {
-            // Samples are only fetched for VMs whose listing counters stopped rising; a rise
-            // in the listing is proof of activity, staleness only withholds "silent".
-            if rose_recently(t, g, now) {
-                return TrafficEvidence::Rising("guest→host traffic rising".to_string());
-            }
-            return TrafficEvidence::Inconclusive {
-                why: format!("stats are stale (newest sample arrived at {})", at(arrived)),
-                silent_at: None,
-            };
-        }
-        let n = t.samples.len();
-        if n >= 2 && t.samples[n - 1].1 > t.samples[n - 2].1 {
-            return TrafficEvidence::Rising("guest→host traffic rising".to_string());
-        }
-        if n > needed {
-            let window = t.samples.range(n - needed - 1..);
-            let first = t.samples[n - needed - 1].1;
-            if window.clone().all(|s| s.1 == first) {
-                return TrafficEvidence::Silent(format!(
-                    "guest→host traffic flat at {first} KiB over the last {needed} stats samples"
-                ));
-            }
-            return TrafficEvidence::Rising(format!(
-                "guest→host traffic rose within the last {needed} samples"
-            ));
-        }
-        return TrafficEvidence::Inconclusive {
-            why: format!(
-                "{n} stats sample(s) so far, {} needed to judge traffic",
-                needed + 1
-            ),
-            silent_at: None,
-        };
-    }
-    let (Some(value), Some(flat_since)) = (t.last_value, t.flat_since) else {
-        return TrafficEvidence::Inconclusive {
-            why: "no traffic stats reported".to_string(),
-            silent_at: None,
-        };
-    };
-    if rose_recently(t, g, now) {
-        return TrafficEvidence::Rising("guest→host traffic rising".to_string());
-    }
-    let window = g.silent_window_without_samples();
-    if let Some(paused) = t.collection_paused_since {
-        // Only the flat time before the host's stats collection paused is evidence.
-        let seen_flat = paused.duration_since(flat_since);
-        if seen_flat < window {
-            return TrafficEvidence::Inconclusive {
-                why: format!(
-                    "stats collection for its host looks paused since {} (every VM there went \
-                     flat at once); guest→host traffic flat at {value} KiB since {}",
-                    at(paused),
-                    at(flat_since)
-                ),
-                silent_at: None,
-            };
-        }
-    }
-    let flat_for = now.duration_since(flat_since);
-    if flat_for >= window {
-        TrafficEvidence::Silent(format!(
-            "guest→host traffic flat at {value} KiB since {} (≥ {} stats samples)",
-            at(flat_since),
-            g.silent_samples
-        ))
-    } else {
-        TrafficEvidence::Inconclusive {
-            why: format!(
-                "guest→host traffic flat at {value} KiB since {}",
-                at(flat_since)
-            ),
-            silent_at: Some(flat_since + window),
         }
     }
 }

@@ -13,6 +13,9 @@ pub struct Graces {
     pub error_confirm_polls: u32,
     /// `Stopped`/`Shutdown` for at least this long.
     pub stopped: SignedDuration,
+    /// The same for a VM whose offering is HA-enabled: CloudStack's HA restarts such a VM by
+    /// itself after it stopped outside CloudStack's control, so wait for it first.
+    pub stopped_ha: SignedDuration,
     /// Complete listings in a row that must miss the VM (or show it destroyed).
     pub not_found_polls: u32,
     /// `Starting`/`Stopping`/`Restoring` for at least this long.
@@ -23,8 +26,13 @@ pub struct Graces {
     pub nic_detached: SignedDuration,
     /// A NIC without an address on a network that assigns one, for at least this long.
     pub nic_no_address: SignedDuration,
-    /// Flat guest→host traffic over this many stats samples.
+    /// Zero guest→host traffic over this many stats collections.
     pub silent_samples: u32,
+    /// Hypervisors (as CloudStack names them, any case) whose counters may decide
+    /// `GuestNetworkSilent`. KVM by default: its rows are byte deltas of the guest's taps.
+    /// VMware's are an integer KB/s average and XenServer's an average rate, so a guest
+    /// sending under 1 KB/s reads 0 there — low traffic and none look alike.
+    pub silence_hypervisors: Vec<String>,
     /// CloudStack's `vm.stats.interval`.
     pub stats_interval: SignedDuration,
     /// Anchor a newly seen VM's state age to CloudStack's `lastupdated` (clamped to now).
@@ -38,12 +46,14 @@ impl Default for Graces {
             stale_poll_intervals: 3,
             error_confirm_polls: 1,
             stopped: SignedDuration::from_secs(60),
+            stopped_ha: SignedDuration::from_mins(10),
             not_found_polls: 2,
             transition: SignedDuration::from_mins(15),
             host_unreachable: SignedDuration::from_mins(10),
-            nic_detached: SignedDuration::from_mins(2),
-            nic_no_address: SignedDuration::from_mins(5),
+            nic_detached: SignedDuration::from_secs(60),
+            nic_no_address: SignedDuration::from_secs(60),
             silent_samples: 3,
+            silence_hypervisors: vec!["KVM".to_string()],
             stats_interval: SignedDuration::from_secs(60),
             anchor_to_lastupdated: true,
         }
@@ -57,7 +67,8 @@ impl Graces {
     }
 
     /// How long a poll-only observer must see a flat counter before calling it silent: the
-    /// samples themselves plus one interval, because poll and sample times are not aligned.
+    /// collections themselves plus one interval, because poll and collection times are not
+    /// aligned.
     pub fn silent_window_without_samples(&self) -> SignedDuration {
         self.stats_interval
             * (i32::try_from(self.silent_samples)
@@ -65,8 +76,17 @@ impl Graces {
                 .saturating_add(1))
     }
 
-    /// Usage-history samples older than this (by the shim's clock of arrival) are stale.
+    /// How long ago the newest stats may have been taken for them to count as current.
     pub fn stats_fresh_within(&self) -> SignedDuration {
         self.stats_interval * 2 + self.poll_interval
+    }
+
+    /// Whether counters of this hypervisor may decide silence.
+    pub fn judges_silence_on(&self, hypervisor: Option<&str>) -> bool {
+        hypervisor.is_some_and(|h| {
+            self.silence_hypervisors
+                .iter()
+                .any(|j| j.eq_ignore_ascii_case(h.trim()))
+        })
     }
 }

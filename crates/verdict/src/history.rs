@@ -1,8 +1,6 @@
 //! What the shim remembers about one VM between polls. Recording is pure: every function
 //! takes `now` and the observation; nothing here talks to CloudStack.
 
-use std::collections::VecDeque;
-
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -36,6 +34,14 @@ pub struct Sighting {
     /// A NIC on a network that assigns addresses has none.
     pub nic_missing_address: bool,
     pub tx_kbs: Option<u64>,
+    /// `KVM`, `VMware`, `XenServer`, … (decides whether its counters can show silence).
+    pub hypervisor: Option<String>,
+    /// When CloudStack created the VM: its `vm_stats` rows are all younger than this.
+    pub created: Option<CsTime>,
+    /// The VM's offering is HA-enabled: CloudStack may restart it by itself.
+    pub ha_enabled: bool,
+    /// An async job on the VM is still running (`jobid` with `jobstatus` 0).
+    pub job_pending: bool,
 }
 
 impl Sighting {
@@ -58,6 +64,11 @@ impl Sighting {
                 .iter()
                 .any(|n| n.expects_address() && !n.has_address()),
             tx_kbs: vm.networkkbswrite,
+            hypervisor: vm.hypervisor.clone(),
+            created: vm.created,
+            ha_enabled: vm.haenable == Some(true),
+            job_pending: vm.jobid.as_deref().is_some_and(|j| !j.trim().is_empty())
+                && vm.jobstatus.is_none_or(|s| s == 0),
         }
     }
 
@@ -66,10 +77,57 @@ impl Sighting {
             .as_ref()
             .is_some_and(HostControlState::is_unreachable)
     }
+
+    /// The host is in (or entering, or failed at) maintenance: CloudStack's stats collector
+    /// skips it (StatsCollector's host query), so its VMs' counters say nothing.
+    pub fn host_in_maintenance(&self) -> bool {
+        match &self.host_control {
+            Some(HostControlState::Maintenance) => true,
+            Some(HostControlState::Other(s)) => s.to_ascii_lowercase().contains("maintenance"),
+            _ => false,
+        }
+    }
 }
 
-/// Guest→host traffic evidence, from polls (cumulative counter, no sample times) and from
-/// the usage-history API (samples with CloudStack's timestamps) where the server has it.
+/// What one CloudStack endpoint's statistics are, from `listCapabilities` (asked once per
+/// endpoint): whether a flat accumulated counter can mean anything at all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StatsServer {
+    /// The server honours `accumulate=true` (4.17.0+): the listing's counter is the sum over
+    /// every retained `vm_stats` row, so it only falls when rows expire.
+    pub accumulates: bool,
+    /// `vm.stats.max.retention.time` (`instancesstatsretentiontime`): rows older than this
+    /// leave the sum, so a VM older than this can show a flat sum while it sends.
+    pub retention: Option<jiff::SignedDuration>,
+}
+
+impl StatsServer {
+    /// From `cloudstackversion` and `instancesstatsretentiontime` (minutes).
+    pub fn from_capabilities(version: Option<&str>, retention_minutes: Option<i64>) -> Self {
+        Self {
+            accumulates: version.is_some_and(|v| version_at_least(v, (4, 17))),
+            retention: retention_minutes
+                .filter(|m| *m > 0)
+                .map(jiff::SignedDuration::from_mins),
+        }
+    }
+}
+
+/// `"4.19.1.0"` ≥ `(4, 17)`; an unreadable version is not.
+fn version_at_least(version: &str, (major, minor): (u64, u64)) -> bool {
+    let mut parts = version
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u64>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
+
+/// Guest→host traffic evidence: the listing's accumulated counter (no sample times) and the
+/// usage-history rows (each one management server's reading of one interval, with
+/// CloudStack's timestamp), where the server shows them. cloudstack-api.md §3.1b.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Traffic {
     /// Counter value at the last poll; `None` when stats were not reported.
@@ -84,16 +142,22 @@ pub struct Traffic {
     /// Set while every VM on this VM's host looks flat at once: the host's stats collection
     /// looks paused since then, so flat time after it is no evidence (see `collector`).
     pub collection_paused_since: Option<Timestamp>,
-    /// Usage-history samples `(CloudStack time, guest→host KiB)`, oldest first, bounded.
-    pub samples: VecDeque<(CsTime, u64)>,
-    /// When (shim time) the newest sample first arrived: the freshness of the stats.
-    pub newest_sample_arrived: Option<Timestamp>,
+    /// The latest usage-history answer for this VM: `(timestamp, guest→host KiB)` per row,
+    /// oldest first, one row per collection per management server. `None` when never asked
+    /// or when the answer did not show this VM (CloudStack's usage history has no
+    /// `projectid`, so VMs of projects are not in it).
+    pub rows: Option<Vec<(CsTime, u64)>>,
+    /// When (shim time) `rows` were fetched.
+    pub rows_fetched: Option<Timestamp>,
     /// Time between the last two successful polls: how often a rise can be seen at all.
     pub poll_spacing: Option<jiff::SignedDuration>,
+    /// The endpoint's statistics semantics, where known.
+    pub server: Option<StatsServer>,
 }
 
-/// Usage-history samples kept per VM; enough for any sensible `silent_samples`.
-pub const MAX_SAMPLES: usize = 16;
+/// Usage-history rows kept per VM: the newest ones, enough for 12 collections × 8
+/// management servers. A longer answer (a server that drops the time of `startdate`) is cut.
+pub const MAX_ROWS: usize = 96;
 
 impl Traffic {
     /// Forget the baseline: after a gap in observation a flat counter proves nothing yet.
@@ -106,16 +170,17 @@ impl Traffic {
         match (self.last_value, value) {
             (_, None) => self.restart(now, None),
             (None, Some(v)) => self.restart(now, Some(v)),
-            // The counter is cumulative: a rise is activity even across a gap (a poll cycle
-            // slower than the stale-poll age must not make every guest look idle).
+            // A rise of the accumulated counter is a new row with traffic: activity, even
+            // across a gap (a poll cycle slower than the stale-poll age must not make every
+            // guest look idle).
             (Some(prev), Some(v)) if v > prev => {
                 self.last_value = Some(v);
                 self.last_rise = Some(now);
                 self.rises = self.rises.saturating_add(1);
                 self.flat_since = Some(now);
             }
-            // Flat across a gap proves nothing yet; a counter that went backwards was reset
-            // (restart, migration). Either way, start over.
+            // Flat across a gap proves nothing yet; a counter that went down lost rows (they
+            // expired) or is not a sum at all. Either way, start over.
             (Some(_), Some(v)) if after_gap => self.restart(now, Some(v)),
             (Some(prev), Some(v)) if v < prev => self.restart(now, Some(v)),
             (Some(_), Some(_)) => {}
@@ -123,27 +188,27 @@ impl Traffic {
     }
 
     fn clear(&mut self) {
-        *self = Traffic::default();
+        let server = self.server;
+        *self = Traffic {
+            server,
+            ..Traffic::default()
+        };
     }
 
-    /// Merge usage-history samples (any order, duplicates allowed).
-    pub fn record_samples(&mut self, samples: &[UsageSample], now: Timestamp) {
-        let newest_before = self.samples.back().map(|s| s.0);
-        for s in samples {
-            if let (Some(ts), Some(tx)) = (s.timestamp, s.networkkbswrite) {
-                match self.samples.binary_search_by(|probe| probe.0.cmp(&ts)) {
-                    Ok(i) => self.samples[i].1 = tx,
-                    Err(i) => self.samples.insert(i, (ts, tx)),
-                }
-            }
-        }
-        while self.samples.len() > MAX_SAMPLES {
-            self.samples.pop_front();
-        }
-        let newest_after = self.samples.back().map(|s| s.0);
-        if newest_after.is_some() && newest_after != newest_before {
-            self.newest_sample_arrived = Some(now);
-        }
+    /// Takes one usage-history answer for this VM (`None`: the answer did not show it).
+    /// Rows without a timestamp or a guest→host value are dropped.
+    pub fn record_rows(&mut self, samples: Option<&[UsageSample]>, now: Timestamp) {
+        self.rows_fetched = Some(now);
+        self.rows = samples.map(|samples| {
+            let mut rows: Vec<(CsTime, u64)> = samples
+                .iter()
+                .filter_map(|s| Some((s.timestamp?, s.networkkbswrite?)))
+                .collect();
+            rows.sort_by_key(|r| r.0);
+            let cut = rows.len().saturating_sub(MAX_ROWS);
+            rows.drain(..cut);
+            rows
+        });
     }
 }
 
@@ -312,24 +377,26 @@ impl VmHistory {
             self.traffic
                 .observe(seen.tx_kbs, now, after_gap || host_came_back || !same_state);
         } else {
-            let samples = std::mem::take(&mut self.traffic.samples);
+            let rows = self.traffic.rows.take();
+            let fetched = self.traffic.rows_fetched;
             self.traffic.clear();
-            // Samples carry their own times; keep them unless the VM left Running.
+            // Rows carry their own times; keep them unless the VM left Running.
             if running {
-                self.traffic.samples = samples;
+                self.traffic.rows = rows;
+                self.traffic.rows_fetched = fetched;
             }
         }
         self.sighting = Some(seen);
     }
 
-    /// Merge usage-history samples for this VM.
-    pub fn record_usage(&mut self, samples: &[UsageSample], now: Timestamp) {
+    /// Takes the usage-history answer for this VM (`None`: the answer did not show it).
+    pub fn record_usage(&mut self, samples: Option<&[UsageSample]>, now: Timestamp) {
         let running = self
             .sighting
             .as_ref()
             .is_some_and(|s| s.state == VmState::Running);
         if running {
-            self.traffic.record_samples(samples, now);
+            self.traffic.record_rows(samples, now);
         }
     }
 }

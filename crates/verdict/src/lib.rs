@@ -3,6 +3,7 @@
 //!
 //! - [`history`]: what the shim remembers about one VM between polls.
 //! - [`collector`]: a host whose stats collection paused is not a host of silent guests.
+//! - [`traffic`]: what guest→host traffic statistics say, with CloudStack's real semantics.
 //! - [`engine`]: the verdict table.
 //! - [`guard`]: the mass-failure guard over one scope's verdicts.
 //! - [`decide`]: the one pipeline (evaluate → guard → condition) that `run`, `check` and the
@@ -21,6 +22,7 @@ pub mod graces;
 pub mod guard;
 pub mod history;
 pub mod machine_condition;
+pub mod traffic;
 
 #[cfg(test)]
 mod tests;
@@ -36,7 +38,7 @@ pub use decide::{decide, Decision, Evidence, Subject};
 pub use engine::{evaluate, MachineFacts};
 pub use graces::Graces;
 pub use guard::{GuardOutcome, MassFailureGuard, ScopeMember};
-pub use history::{PollOutcome, VmHistory};
+pub use history::{PollOutcome, StatsServer, VmHistory};
 
 /// The condition status the shim publishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

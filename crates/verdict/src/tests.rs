@@ -4,7 +4,7 @@ use jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
 
 use super::engine::{verdict_for_instance, MachineFacts};
-use super::history::{PollOutcome, VmHistory};
+use super::history::{PollOutcome, StatsServer, VmHistory};
 use super::{condition, evaluate, reason, Graces, Status, Verdict};
 use cloudstack_api::model::{CsTime, HostControlState, Nic, UsageSample, VirtualMachine, VmState};
 
@@ -45,7 +45,7 @@ fn vm(state: VmState) -> VirtualMachine {
         hostname: None,
         hostcontrolstate: Some(HostControlState::Enabled),
         haenable: None,
-        created: None,
+        created: Some(CsTime(at(-60))),
         lastupdated: None,
         nics: vec![nic(Some("10.1.1.10"))],
         networkkbswrite: Some(100),
@@ -53,6 +53,7 @@ fn vm(state: VmState) -> VirtualMachine {
         cpuused: None,
         jobid: None,
         jobstatus: None,
+        hypervisor: Some("KVM".into()),
     }
 }
 
@@ -66,6 +67,12 @@ struct Run {
     h: VmHistory,
     g: Graces,
     m: MachineFacts,
+    server: Option<StatsServer>,
+}
+
+/// CloudStack 4.18+ at its defaults: the counter is a sum, rows are kept 720 minutes.
+fn server_418() -> StatsServer {
+    StatsServer::from_capabilities(Some("4.18.1.0"), Some(720))
 }
 
 impl Run {
@@ -74,11 +81,13 @@ impl Run {
             h: VmHistory::new("vm-1"),
             g: Graces::default(),
             m: MachineFacts::default(),
+            server: Some(server_418()),
         }
     }
 
     fn seen(&mut self, secs: i64, v: &VirtualMachine) -> Verdict {
         self.h.record(PollOutcome::Seen(v), at(secs), &self.g);
+        self.h.traffic.server = self.server;
         self.verdict(secs)
     }
 
@@ -260,12 +269,17 @@ fn on_offline_host(tx: u64) -> VirtualMachine {
 }
 
 #[test]
-fn host_offline_is_unknown_within_its_grace_then_false() {
+fn host_offline_alone_is_never_false() {
     let mut r = Run::new();
     let v = r.poll_range(0, 9 * 60 + 30, |_| on_offline_host(100));
     assert_verdict(&v, Status::Unknown, reason::HOST_UNREACHABLE);
-    let v = r.seen(10 * 60, &on_offline_host(100));
-    assert_verdict(&v, Status::False, reason::HOST_UNREACHABLE);
+    let v = r.poll_range(10 * 60, 3 * 3600, |_| on_offline_host(100));
+    assert_verdict(&v, Status::Unknown, reason::HOST_UNREACHABLE);
+    assert!(
+        v.message.contains("not declared the host down"),
+        "{}",
+        v.message
+    );
 }
 
 #[test]
@@ -290,20 +304,54 @@ fn a_host_coming_back_does_not_make_flat_traffic_look_silent() {
 }
 
 #[test]
-fn no_nic_turns_false_after_two_minutes() {
+fn no_nic_turns_false_after_a_minute() {
     let mut r = Run::new();
     let detached = || {
         let mut v = running(100);
         v.nics.clear();
         v
     };
-    let v = r.poll_range(0, 90, |_| detached());
+    let v = r.poll_range(0, 30, |_| detached());
     assert_verdict(&v, Status::Unknown, reason::NIC_DETACHED);
     assert_verdict(
-        &r.seen(120, &detached()),
+        &r.seen(60, &detached()),
         Status::False,
         reason::NIC_DETACHED,
     );
+}
+
+#[test]
+fn nic_changes_while_a_job_runs_are_waited_for() {
+    let mut r = Run::new();
+    let v = r.poll_range(0, 600, |_| {
+        let mut v = running(100);
+        v.nics.clear();
+        v.jobid = Some("job-1".into());
+        v.jobstatus = Some(0);
+        v
+    });
+    assert_verdict(&v, Status::Unknown, reason::VM_RUNNING);
+}
+
+#[test]
+fn a_stopped_vm_is_waited_for_while_a_job_or_ha_may_bring_it_back() {
+    let mut r = Run::new();
+    let v = r.poll_range(0, 1800, |_| {
+        let mut v = vm(VmState::Stopped);
+        v.jobid = Some("job-1".into());
+        v
+    });
+    assert_verdict(&v, Status::Unknown, reason::VM_STOPPED);
+
+    let mut r = Run::new();
+    let ha = || {
+        let mut v = vm(VmState::Stopped);
+        v.haenable = Some(true);
+        v
+    };
+    let v = r.poll_range(0, 570, |_| ha());
+    assert_verdict(&v, Status::Unknown, reason::VM_STOPPED);
+    assert_verdict(&r.seen(600, &ha()), Status::False, reason::VM_STOPPED);
 }
 
 #[test]
@@ -319,13 +367,13 @@ fn no_default_nic_among_several_is_detached() {
 }
 
 #[test]
-fn a_nic_without_address_turns_false_after_five_minutes_but_l2_is_fine() {
+fn a_nic_without_address_turns_false_after_a_minute_but_l2_is_fine() {
     let mut r = Run::new();
     let mut v = running(100);
     v.nics[0].ipaddress = None;
-    let verdict = r.poll_range(0, 270, |_| v.clone());
+    let verdict = r.poll_range(0, 30, |_| v.clone());
     assert_verdict(&verdict, Status::Unknown, reason::NIC_NO_ADDRESS);
-    assert_verdict(&r.seen(300, &v), Status::False, reason::NIC_NO_ADDRESS);
+    assert_verdict(&r.seen(60, &v), Status::False, reason::NIC_NO_ADDRESS);
 
     let mut r = Run::new();
     let mut l2 = running(100);
@@ -389,62 +437,223 @@ fn sample(ts_secs: i64, tx: u64) -> UsageSample {
     }
 }
 
-#[test]
-fn usage_history_with_flat_fresh_samples_is_silent() {
-    let mut r = Run::new();
-    r.seen(0, &running(300));
-    r.h.record_usage(
-        &[sample(-180, 300), sample(-120, 300), sample(-60, 300)],
-        at(0),
-    );
-    assert_verdict(&r.verdict(0), Status::True, reason::VM_RUNNING);
-    r.h.record_usage(&[sample(0, 300)], at(0));
-    assert_verdict(&r.verdict(0), Status::False, reason::GUEST_NETWORK_SILENT);
+/// Rows every 60 s from `from` to `to` (inclusive), `tx(ts)` KiB each.
+fn rows(from: i64, to: i64, tx: impl Fn(i64) -> u64) -> Vec<UsageSample> {
+    (from..=to)
+        .step_by(60)
+        .map(|ts| sample(ts, tx(ts)))
+        .collect()
+}
+
+impl Run {
+    /// Polls every 30 s with the listing counter `counter(t)`; each poll also takes the usage
+    /// history `history(t)` (as the shim does for VMs whose counter did not rise).
+    fn poll_with_history(
+        &mut self,
+        from: i64,
+        to: i64,
+        counter: impl Fn(i64) -> u64,
+        history: impl Fn(i64) -> Option<Vec<UsageSample>>,
+    ) -> Verdict {
+        let mut last = None;
+        let mut t = from;
+        while t <= to {
+            self.seen(t, &running(counter(t)));
+            let answer = history(t);
+            self.h.record_usage(answer.as_deref(), at(t));
+            last = Some(self.verdict(t));
+            t += 30;
+        }
+        last.expect("at least one poll")
+    }
 }
 
 #[test]
-fn usage_history_that_stopped_arriving_is_stale_not_silent() {
+fn zero_rows_and_a_flat_counter_over_three_collections_are_silent() {
     let mut r = Run::new();
-    r.seen(0, &running(300));
-    r.h.record_usage(
-        &[
-            sample(-180, 300),
-            sample(-120, 300),
-            sample(-60, 300),
-            sample(0, 300),
-        ],
-        at(0),
+    // NIC down at 0: the rows since hold 0 KiB, the accumulated counter stays at 512.
+    let history = |t: i64| Some(rows(-300, t - t % 60, |ts| if ts <= 0 { 4 } else { 0 }));
+    let v = r.poll_with_history(0, 150, |_| 512, history);
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    let v = r.poll_with_history(180, 210, |_| 512, history);
+    assert_verdict(&v, Status::False, reason::GUEST_NETWORK_SILENT);
+    assert!(
+        v.message.contains("0 KiB in every stats sample"),
+        "{}",
+        v.message
     );
-    // Five minutes later no newer sample has arrived: stats are stale, no traffic verdict.
-    let v = r.poll_range(30, 300, |_| running(300));
+}
+
+#[test]
+fn steady_rows_of_three_kib_with_a_flat_latest_row_counter_are_healthy() {
+    // The reported case: vm.stats.increment.metrics=false and a server that shows the latest
+    // row (3 KiB) in the listing; usage-history rows each hold one interval's 3 KiB.
+    let mut r = Run::new();
+    let v = r.poll_with_history(0, 1800, |_| 3, |t| Some(rows(-300, t - t % 60, |_| 3)));
+    assert_verdict(&v, Status::True, reason::VM_HEALTHY);
+    for t in (0..=1800).step_by(30) {
+        assert_ne!(r.verdict(t).status, Status::False, "at {t}");
+    }
+}
+
+#[test]
+fn zero_rows_of_a_quiet_guest_split_over_three_servers_are_outweighed_by_a_rising_counter() {
+    // 2 KiB per minute read by three management servers: every row truncates to 0, the
+    // accumulated counter (a sum of the untruncated rows) still rises by 2 KiB a minute.
+    let mut r = Run::new();
+    let history = |t: i64| {
+        Some(
+            (-300..=t - t % 20)
+                .step_by(20)
+                .map(|ts| sample(ts, 0))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let v = r.poll_with_history(0, 1800, |t| 100 + 2 * (t as u64) / 60, history);
+    for t in (0..=1800).step_by(30) {
+        assert_ne!(r.verdict(t).status, Status::False, "at {t}");
+    }
+    assert_verdict(&v, Status::True, reason::VM_HEALTHY);
+}
+
+#[test]
+fn zero_rows_prove_nothing_where_the_counter_cannot_confirm_them() {
+    let zero = |t: i64| Some(rows(-300, t - t % 60, |_| 0));
+    // A VM older than the stats retention: rows leave the sum as they arrive.
+    let mut r = Run::new();
+    r.server = Some(StatsServer::from_capabilities(Some("4.17.2.0"), Some(1)));
+    let v = r.poll_with_history(0, 1800, |_| 40, zero);
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    assert!(
+        v.message.contains("older than the stats retention"),
+        "{}",
+        v.message
+    );
+    // A server before 4.17 (no accumulate), and one whose capabilities were never read.
+    for server in [
+        Some(StatsServer::from_capabilities(Some("4.16.1.0"), Some(720))),
+        None,
+    ] {
+        let mut r = Run::new();
+        r.server = server;
+        let v = r.poll_with_history(0, 1800, |_| 40, zero);
+        assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    }
+}
+
+#[test]
+fn rows_that_stopped_arriving_are_stale_not_silent() {
+    let mut r = Run::new();
+    // The host's collection stopped at 0 (a Connecting host, a failing stats call).
+    let v = r.poll_with_history(0, 900, |_| 300, |_| Some(rows(-300, 0, |_| 0)));
     assert_verdict(&v, Status::True, reason::VM_RUNNING);
     assert!(v.message.contains("stale"), "{}", v.message);
 }
 
 #[test]
-fn stale_usage_history_does_not_hide_rising_listing_counters() {
+fn a_gap_in_the_rows_restarts_the_silent_window() {
     let mut r = Run::new();
-    r.seen(0, &running(300));
-    r.h.record_usage(&[sample(-60, 300), sample(0, 300)], at(0));
-    // No further samples are fetched while the listing shows the counter rising.
-    let v = r.poll_range(30, 600, |t| running(300 + t as u64));
-    assert_verdict(&v, Status::True, reason::VM_HEALTHY);
+    // Zero rows, then nothing from 120 to 480 (host skipped), then zero rows again.
+    let history = |t: i64| {
+        let mut v = rows(-300, 120.min(t - t % 60), |_| 0);
+        if t >= 480 {
+            v.extend(rows(480, t - t % 60, |_| 0));
+        }
+        Some(v)
+    };
+    let v = r.poll_with_history(0, 570, |_| 300, history);
+    assert_ne!(v.status, Status::False, "{v:?}");
+    let v = r.poll_with_history(600, 630, |_| 300, history);
+    assert_verdict(&v, Status::False, reason::GUEST_NETWORK_SILENT);
 }
 
 #[test]
-fn usage_history_with_a_rise_is_healthy() {
+fn a_five_minute_cadence_stretches_the_window_to_fifteen_minutes() {
     let mut r = Run::new();
-    r.seen(0, &running(300));
-    r.h.record_usage(
-        &[
-            sample(-180, 100),
-            sample(-120, 100),
-            sample(-60, 100),
-            sample(0, 300),
-        ],
-        at(0),
-    );
-    assert_verdict(&r.verdict(0), Status::True, reason::VM_HEALTHY);
+    let history = |t: i64| {
+        Some(
+            (-1800..=t - t.rem_euclid(300))
+                .step_by(300)
+                .map(|ts| sample(ts, if ts <= 0 { 5 } else { 0 }))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let v = r.poll_with_history(0, 870, |_| 900, history);
+    assert_ne!(v.status, Status::False, "{v:?}");
+    let v = r.poll_with_history(900, 930, |_| 900, history);
+    assert_verdict(&v, Status::False, reason::GUEST_NETWORK_SILENT);
+    assert!(v.message.contains("stats every 5m"), "{}", v.message);
+}
+
+#[test]
+fn a_vm_the_usage_history_does_not_show_is_judged_from_its_counter_alone() {
+    // A VM of a project: the answer has no item for it.
+    let mut r = Run::new();
+    let v = r.poll_with_history(0, 210, |_| 512, |_| None);
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    let v = r.poll_with_history(240, 240, |_| 512, |_| None);
+    assert_verdict(&v, Status::False, reason::GUEST_NETWORK_SILENT);
+}
+
+#[test]
+fn traffic_on_vmware_and_xenserver_is_not_judged_unless_opted_in() {
+    for hv in ["VMware", "XenServer", "Simulator"] {
+        let mut r = Run::new();
+        let zero = |t: i64| Some(rows(-300, t - t % 60, |_| 0));
+        let v = r.poll_with_history_on(hv, 0, 1800, zero);
+        assert_verdict(&v, Status::True, reason::VM_RUNNING);
+        assert!(v.message.contains("not judged"), "{}", v.message);
+        let mut r = Run::new();
+        r.g.silence_hypervisors = vec!["kvm".into(), hv.to_ascii_lowercase()];
+        let v = r.poll_with_history_on(hv, 0, 1800, zero);
+        assert_verdict(&v, Status::False, reason::GUEST_NETWORK_SILENT);
+    }
+}
+
+impl Run {
+    fn poll_with_history_on(
+        &mut self,
+        hypervisor: &str,
+        from: i64,
+        to: i64,
+        history: impl Fn(i64) -> Option<Vec<UsageSample>>,
+    ) -> Verdict {
+        let mut last = None;
+        let mut t = from;
+        while t <= to {
+            let mut v = running(77);
+            v.hypervisor = Some(hypervisor.into());
+            self.seen(t, &v);
+            self.h.record_usage(history(t).as_deref(), at(t));
+            last = Some(self.verdict(t));
+            t += 30;
+        }
+        last.expect("at least one poll")
+    }
+}
+
+#[test]
+fn a_host_in_maintenance_gives_no_traffic_evidence() {
+    for state in [
+        HostControlState::Maintenance,
+        HostControlState::parse("PrepareForMaintenance"),
+    ] {
+        let mut r = Run::new();
+        let v = r.poll_range(0, 1800, |_| {
+            let mut v = running(512);
+            v.hostcontrolstate = Some(state.clone());
+            v
+        });
+        assert_verdict(&v, Status::True, reason::VM_RUNNING);
+        assert!(v.message.contains("maintenance"), "{}", v.message);
+    }
+}
+
+#[test]
+fn stale_rows_do_not_hide_a_rising_counter() {
+    let mut r = Run::new();
+    let v = r.poll_with_history(0, 600, |t| 300 + t as u64, |_| Some(rows(-300, 0, |_| 0)));
+    assert_verdict(&v, Status::True, reason::VM_HEALTHY);
 }
 
 #[test]
@@ -668,6 +877,7 @@ impl Host {
     fn poll(&mut self, secs: i64, counters: &[u64]) -> Vec<Verdict> {
         for (h, tx) in self.vms.iter_mut().zip(counters) {
             h.record(PollOutcome::Seen(&running(*tx)), at(secs), &self.g);
+            h.traffic.server = Some(server_418());
         }
         super::mark_paused_collections(self.vms.iter_mut(), &self.g, at(secs));
         self.vms
@@ -806,8 +1016,8 @@ fn slow_polls_do_not_make_a_rising_counter_look_idle() {
     // 150 s after the last rise: older than 2 stats intervals + the nominal 30 s poll, but
     // within 2 stats intervals + the 90 s the polls actually take.
     let now = at(900 + 150);
-    assert!(super::engine::rose_recently(&r.h.traffic, &r.g, now));
-    assert!(!super::engine::rose_recently(
+    assert!(super::traffic::rose_recently(&r.h.traffic, &r.g, now));
+    assert!(!super::traffic::rose_recently(
         &r.h.traffic,
         &r.g,
         at(900 + 211)
@@ -817,7 +1027,7 @@ fn slow_polls_do_not_make_a_rising_counter_look_idle() {
     r.seen(0, &running(100));
     r.seen(30, &running(110));
     r.seen(600, &running(120));
-    assert!(!super::engine::rose_recently(
+    assert!(!super::traffic::rose_recently(
         &r.h.traffic,
         &r.g,
         at(600 + 211)
@@ -832,7 +1042,7 @@ fn a_rise_seen_across_a_gap_is_activity_but_a_flat_counter_starts_over() {
     for (i, t) in (120..=600).step_by(120).enumerate() {
         v = r.seen(t, &running(200 + i as u64 * 10));
         assert!(
-            super::engine::rose_recently(&r.h.traffic, &r.g, at(t)),
+            super::traffic::rose_recently(&r.h.traffic, &r.g, at(t)),
             "at {t}s"
         );
     }

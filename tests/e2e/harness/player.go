@@ -65,6 +65,7 @@ type guestState struct {
 	runningSeen bool
 	runningAt   time.Time
 	pending     *FaultRule
+	waiting     bool // playing a guest whose kubeadm waits for the cluster's endpoint
 }
 
 // NewPlayer makes a player; Run starts it.
@@ -179,6 +180,9 @@ func (p *Player) playGuest(ctx context.Context, m *clusterv1.Machine, g *guestSt
 		p.mu.Unlock()
 		p.logf(m.Namespace, "FAULT %s injected into VM %s of Machine %s (%s)", rule.Fault, short(vmID), m.Name, rule.Describe)
 	}
+	if err := p.playWaiting(ctx, g, vmID, vm, present); err != nil {
+		return err
+	}
 	gone := !present || vm.Gone()
 	if gone {
 		if g.joined && g.cp && !g.left {
@@ -226,6 +230,27 @@ func (p *Player) playGuest(ctx context.Context, m *clusterv1.Machine, g *guestSt
 		p.logf(m.Namespace, "kubeadm join done on %s: Node registered", m.Name)
 	}
 	g.joined = true
+	return nil
+}
+
+// playWaiting makes a worker's traffic what a real one sends while the workload cluster's
+// endpoint is not up yet — kubeadm's discovery retrying every few seconds, a trickle the shim
+// must not take for silence — and hands it back to its guest kind's plan once the endpoint
+// is up (scenario 3 keeps its workers waiting for good).
+func (p *Player) playWaiting(ctx context.Context, g *guestState, vmID string, vm SimVM, present bool) error {
+	if g.cp || g.joined || !present || vm.Gone() || vm.State != "Running" || !vm.Joined {
+		return nil
+	}
+	initialized := p.Workloads.Initialized(ctx, g.namespace, g.cluster)
+	switch {
+	case !initialized && !g.waiting:
+		g.waiting = true
+		p.logf(g.namespace, "guest of %s waits for the cluster endpoint (traffic: kubeadm discovery retries)", g.machine)
+		return p.Sim.SetProfile(ctx, vmID, "waiting-for-endpoint")
+	case initialized && g.waiting:
+		g.waiting = false
+		return p.Sim.SetProfile(ctx, vmID, "default")
+	}
 	return nil
 }
 

@@ -85,6 +85,12 @@ func (s *Sim) InjectFault(ctx context.Context, vmID, fault string) error {
 	return s.do(ctx, http.MethodPost, "/sim/vms/"+vmID+"/faults", map[string]string{"fault": fault}, nil)
 }
 
+// SetProfile sets a VM's guest traffic profile (waiting-for-endpoint, idle-joined, ...) from now
+// on; "default" returns it to the plan of its guest kind.
+func (s *Sim) SetProfile(ctx context.Context, vmID, profile string) error {
+	return s.do(ctx, http.MethodPost, "/sim/vms/"+vmID+"/guest", map[string]string{"profile": profile}, nil)
+}
+
 // SetAPI changes API-level fault settings (outage, throttle, latency, ...), as POST /sim/api.
 func (s *Sim) SetAPI(ctx context.Context, settings map[string]any) error {
 	return s.do(ctx, http.MethodPost, "/sim/api", settings, nil)

@@ -23,6 +23,10 @@ pub struct VmListQuery {
     pub ids: Vec<String>,
     /// Use `listVirtualMachinesMetrics` (CAPC's call) instead of `listVirtualMachines`.
     pub use_metrics_api: bool,
+    /// Ask for traffic statistics (`details=nics,stats&accumulate=true`). Off, the listing is
+    /// `details=nics`: CloudStack then sums no `vm_stats` rows, which for every listed VM can
+    /// be up to retention × management servers rows (cloudstack-api.md §3.1b, "Cost").
+    pub with_stats: bool,
 }
 
 /// The outcome of a paginated listing.
@@ -56,7 +60,14 @@ pub struct VmListing {
 }
 
 impl CloudStackClient {
-    /// Lists the VMs of a scope (`listall=true`, `details=nics,stats`), all pages.
+    /// Lists the VMs of a scope (`listall=true`, `details=nics`, with `stats` on request), all
+    /// pages.
+    ///
+    /// Statistics are asked with `accumulate=true` (CloudStack 4.17+): the sum over every
+    /// retained `vm_stats` row, whatever the global `vm.stats.increment.metrics` says — without
+    /// it a server set to `false` answers with the latest row only, one interval's delta, which
+    /// cannot be read as a counter. Older servers ignore the parameter (unknown parameters are
+    /// not an error), which is why the counter alone never decides silence.
     pub async fn list_virtual_machines(
         &self,
         query: &VmListQuery,
@@ -66,7 +77,12 @@ impl CloudStackClient {
         } else {
             "listVirtualMachines"
         };
-        let mut base: Vec<(&str, &str)> = vec![("listall", "true"), ("details", "nics,stats")];
+        let mut base: Vec<(&str, &str)> = vec![("listall", "true")];
+        if query.with_stats {
+            base.extend([("details", "nics,stats"), ("accumulate", "true")]);
+        } else {
+            base.push(("details", "nics"));
+        }
         if let Some(v) = &query.project_id {
             base.push(("projectid", v));
         }
@@ -111,16 +127,17 @@ impl CloudStackClient {
 
     /// Stats samples of the given VMs (`listVirtualMachinesUsageHistory`, CloudStack 4.17+).
     /// An older server or a role without the API gives [`CloudStackError::Unsupported`].
-    /// `start_date` limits the samples (sent as `yyyy-MM-dd HH:mm:ss`, UTC).
-    /// Unreadable items are skipped with a warning (usage history is only a liveness hint).
+    /// `start_date` limits the samples; see [`usage_start_date`] for how it is written, and
+    /// expect samples from before it (servers that read only the date). Unreadable items are
+    /// skipped with a warning (usage history is only a liveness hint).
     pub async fn list_usage_history(
         &self,
         ids: &[String],
         start_date: Option<CsTime>,
     ) -> Result<Vec<UsageHistoryVm>, CloudStackError> {
         const COMMAND: &str = "listVirtualMachinesUsageHistory";
-        let chunk = IDS_PER_REQUEST.min(self.page_size() as usize).max(1);
-        let start = start_date.map(|t| t.0.strftime("%Y-%m-%d %H:%M:%S").to_string());
+        let chunk = USAGE_IDS_PER_REQUEST.min(self.page_size() as usize).max(1);
+        let start = start_date.map(usage_start_date);
         let mut out: Vec<UsageHistoryVm> = Vec::new();
         for ids in id_chunks(ids, chunk) {
             let mut p: Vec<(&str, &str)> = vec![("ids", &ids)];
@@ -153,6 +170,24 @@ impl CloudStackClient {
     }
 }
 
+/// VMs per usage-history request. A server that reads only the date of `startdate` answers
+/// with every retained row since (local) midnight — up to 720 minutes × management servers
+/// rows per VM at CloudStack's default retention; ten VMs keep such an answer near 10 MiB.
+pub const USAGE_IDS_PER_REQUEST: usize = 10;
+
+/// `startdate` for the usage history, written so that every server version returns the
+/// window or more, never less (docs/cloudstack-stats.md, "Dates"): the instant as ISO 8601 at
+/// offset −12:00. Servers that parse zones (apache/cloudstack PR #7032) take the exact
+/// instant; servers that read only `yyyy-MM-dd` in their own zone get a date that is never
+/// later than the instant's date anywhere, so their midnight is before the instant. No `+`
+/// in the value either, which a proxy could decode as a space.
+pub fn usage_start_date(t: CsTime) -> String {
+    let west = jiff::tz::TimeZone::fixed(jiff::tz::offset(-12));
+    t.0.to_zoned(west)
+        .strftime("%Y-%m-%dT%H:%M:%S-12:00")
+        .to_string()
+}
+
 /// Lower-cased, de-duplicated ids joined with commas, `per` ids per chunk.
 fn id_chunks(ids: &[String], per: usize) -> Vec<String> {
     let mut seen = HashSet::new();
@@ -167,6 +202,17 @@ fn id_chunks(ids: &[String], per: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usage_start_date_is_the_instant_at_minus_twelve_hours_and_never_a_later_date() {
+        let t = CsTime("2026-12-02T14:05:09Z".parse().unwrap());
+        assert_eq!(usage_start_date(t), "2026-12-02T02:05:09-12:00");
+        // Just after midnight UTC the date written is the day before: a date-only server
+        // anywhere (UTC−12 … UTC+14) starts at or before the instant.
+        let t = CsTime("2026-12-02T00:10:00Z".parse().unwrap());
+        assert_eq!(usage_start_date(t), "2026-12-01T12:10:00-12:00");
+        assert!(!usage_start_date(t).contains('+'));
+    }
 
     #[test]
     fn ids_are_chunked_lowercased_and_deduplicated() {

@@ -5,7 +5,9 @@
 //! `@APICommand(authorized=…)` annotation lists, whether page rules apply, and the
 //! documented parameters (shown by `listApis`).
 
+mod config;
 mod discovery;
+mod history;
 mod nics;
 mod vms;
 
@@ -13,11 +15,13 @@ use super::api::{ApiError, Call, Reply};
 use super::world::AccountType;
 use super::{directory, provisioning};
 
+use config::update_configuration;
 use discovery::{list_apis, list_capabilities};
+use history::list_usage_history;
 use nics::list_nics;
 pub(crate) use nics::vm_visible_to;
 pub use vms::Details;
-use vms::{list_usage_history, list_virtual_machines, list_virtual_machines_metrics};
+use vms::{list_virtual_machines, list_virtual_machines_metrics};
 pub(crate) use vms::{vm_response, SIM_OS_ID};
 
 /// How a handler is called.
@@ -96,6 +100,7 @@ const LIST_VM_PARAMS: &[ParamDoc] = &[
     p!("hostid", "uuid", false, "the host ID"),
     p!("templateid", "uuid", false, "list vms by template"),
     p!("networkid", "uuid", false, "list by network id"),
+    p!("accumulate", "boolean", false, "Accumulates the VM metrics data instead of returning only the most recent data collected. The default behavior is set by the global configuration vm.stats.increment.metrics."),
     p!("page", "integer", false, ""),
     p!("pagesize", "integer", false, ""),
 ];
@@ -177,6 +182,21 @@ pub static COMMANDS: &[CommandSpec] = &[
         description: "Lists capabilities",
         params: &[],
         handler: list_capabilities,
+    },
+    CommandSpec {
+        name: "updateConfiguration",
+        response: "updateconfigurationresponse",
+        item_key: "configuration",
+        authorized: &[AccountType::Admin],
+        is_list: false,
+        is_async: false,
+        since: "",
+        description: "Updates a configuration.",
+        params: &[
+            p!("name", "string", true, "the name of the configuration"),
+            p!("value", "string", false, "the value of the configuration"),
+        ],
+        handler: update_configuration,
     },
     CommandSpec {
         name: "listApis",

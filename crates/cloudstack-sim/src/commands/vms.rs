@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use crate::api::{ApiError, Call, Reply};
 use crate::traffic;
-use crate::world::{format_time, is_canonical_uuid, AccountType, Ms, Sample, Vm, VmState, World};
+use crate::world::{format_time, is_canonical_uuid, AccountType, StatsView, Vm, VmState, World};
 
 use super::nics::nic_json;
 
@@ -102,7 +102,7 @@ fn tag_filters(call: &Call<'_>) -> Vec<(String, Option<String>)> {
 
 /// Applies id/ids, visibility and the filters of `listVirtualMachines`; returns matching
 /// VM indices in internal-id order.
-fn select_vms(call: &Call<'_>, usage_history: bool) -> Result<Vec<usize>, ApiError> {
+pub(super) fn select_vms(call: &Call<'_>, usage_history: bool) -> Result<Vec<usize>, ApiError> {
     let w: &World = call.world;
     let caller = &w.accounts[call.caller];
     let root = caller.is_root_admin();
@@ -358,26 +358,29 @@ struct View {
     root: bool,
     details: Details,
     metrics: bool,
-    stats_enabled: bool,
+    /// Sum all retained rows (true) or show the latest row.
+    accumulate: bool,
 }
 
-fn mib(kib: u64) -> String {
+pub(super) fn mib(kib: u64) -> String {
     format!("{:.2} MiB", kib as f64 / 1024.0)
 }
 
-fn stats_fields(m: &mut Map<String, Value>, vm: &Vm, s: &Sample) {
+/// The stats fields of a VM or a usage-history sample (whole numbers, `(long)` casts in
+/// `UserVmJoinDaoImpl` and `MetricsServiceImpl.createStatsResponse@44d54b35`).
+pub(super) fn stats_fields(m: &mut Map<String, Value>, vm: &Vm, s: &StatsView) {
     let memkbs = u64::from(vm.memory_mb) * 1024;
     m.insert("cpuused".into(), json!(traffic::format_cpu(s.cpu_centi)));
     m.insert("networkkbsread".into(), json!(s.rx_kib));
     m.insert("networkkbswrite".into(), json!(s.tx_kib));
     m.insert("diskkbsread".into(), json!(s.disk_read_kib));
     m.insert("diskkbswrite".into(), json!(s.disk_write_kib));
-    m.insert("diskioread".into(), json!(s.disk_read_kib / 8));
-    m.insert("diskiowrite".into(), json!(s.disk_write_kib / 8));
+    m.insert("diskioread".into(), json!(s.disk_io_read));
+    m.insert("diskiowrite".into(), json!(s.disk_io_write));
     m.insert("memorykbs".into(), json!(memkbs));
     m.insert(
         "memoryintfreekbs".into(),
-        json!(memkbs * (30 + traffic::mix(vm.seq, s.n) % 20) / 100),
+        json!(memkbs * (30 + traffic::mix(vm.seq, s.latest_ms as u64 / 1000) % 20) / 100),
     );
     m.insert("memorytargetkbs".into(), json!(memkbs));
 }
@@ -418,10 +421,13 @@ fn vm_json(w: &World, vm: &Vm, v: View) -> Value {
                 m.insert("hostid".into(), json!(h.id));
                 m.insert("hostname".into(), json!(h.name));
             }
-            m.insert("hostcontrolstate".into(), json!(h.control.as_str()));
+            m.insert("hostcontrolstate".into(), json!(h.control_state().as_str()));
         }
     }
-    m.insert("hypervisor".into(), json!("Simulator"));
+    // The VM's hypervisor type is its host's.
+    if let Some(h) = w.hosts.get(vm.host) {
+        m.insert("hypervisor".into(), json!(h.hypervisor.as_str()));
+    }
     m.insert("displayvm".into(), json!(true));
     m.insert("isdynamicallyscalable".into(), json!(false));
     m.insert("passwordenabled".into(), json!(false));
@@ -490,11 +496,10 @@ fn vm_json(w: &World, vm: &Vm, v: View) -> Value {
         let nics: Vec<Value> = nic_json(w, vm, false).into_iter().collect();
         m.insert("nic".into(), Value::Array(nics));
     }
-    let sample = vm.last_sample.filter(|_| v.stats_enabled);
-    if v.details.stats {
-        if let Some(s) = &sample {
-            stats_fields(&mut m, vm, s);
-        }
+    // Stats fields exist while the VM has retained rows (`getVmStats` returns null without).
+    let sample = vm.stats_view(v.accumulate).filter(|_| v.details.stats);
+    if let Some(s) = &sample {
+        stats_fields(&mut m, vm, s);
     }
     if v.metrics {
         m.insert(
@@ -518,7 +523,7 @@ fn vm_json(w: &World, vm: &Vm, v: View) -> Value {
             m.insert("diskwrite".into(), json!(mib(s.disk_write_kib)));
             m.insert(
                 "diskiopstotal".into(),
-                json!(s.disk_read_kib / 8 + s.disk_write_kib / 8),
+                json!(s.disk_io_read + s.disk_io_write),
             );
         }
     }
@@ -533,9 +538,21 @@ pub(crate) fn vm_response(w: &World, vm: &Vm, root: bool) -> Value {
         root,
         details: Details::ALL,
         metrics: false,
-        stats_enabled: w.settings.stats_interval_seconds > 0,
+        accumulate: w.settings.stats_increment_metrics,
     };
     vm_json(w, vm, view)
+}
+
+/// Whether stats are summed: the `accumulate` parameter (`ListVMsCmd`, since 4.17.0; parsed
+/// as `Boolean.valueOf`, so anything but "true" is false) overrides the global
+/// `vm.stats.increment.metrics` (`StatsCollector.getVmStats@00114e8b`). Older servers do not
+/// know the parameter and ignore it, as any unknown parameter.
+fn accumulate(call: &Call<'_>) -> bool {
+    let s = &call.world.settings;
+    match call.get_nonempty("accumulate") {
+        Some(v) if s.version_at_least(&[4, 17, 0]) => v.eq_ignore_ascii_case("true"),
+        _ => s.stats_increment_metrics,
+    }
 }
 
 fn list_vms_common(call: &mut Call<'_>, metrics: bool) -> Result<Reply, ApiError> {
@@ -546,13 +563,18 @@ fn list_vms_common(call: &mut Call<'_>, metrics: bool) -> Result<Reply, ApiError
         root: w.accounts[call.caller].is_root_admin(),
         details,
         metrics,
-        stats_enabled: w.settings.stats_interval_seconds > 0,
+        accumulate: accumulate(call),
     };
     let range = call.paging.slice(&all);
-    let items = all[range]
+    let page = &all[range];
+    let items = page
         .iter()
         .map(|i| vm_json(w, &w.vms()[*i], view))
         .collect();
+    if details.stats {
+        let read: usize = page.iter().map(|i| w.vms()[*i].stats_rows().len()).sum();
+        call.world.stats_rows_read += read as u64;
+    }
     Ok(Reply::List {
         items,
         count: all.len(),
@@ -565,70 +587,4 @@ pub(super) fn list_virtual_machines(call: &mut Call<'_>) -> Result<Reply, ApiErr
 
 pub(super) fn list_virtual_machines_metrics(call: &mut Call<'_>) -> Result<Reply, ApiError> {
     list_vms_common(call, true)
-}
-
-// ---- usage history ---------------------------------------------------------------------
-
-fn parse_date(call: &Call<'_>, name: &str) -> Result<Option<Ms>, ApiError> {
-    let Some(v) = call.get_nonempty(name) else {
-        return Ok(None);
-    };
-    let t = v.trim();
-    if let Ok(dt) = jiff::civil::DateTime::strptime("%Y-%m-%d %H:%M:%S", t) {
-        if let Ok(z) = dt.to_zoned(jiff::tz::TimeZone::UTC) {
-            return Ok(Some(z.timestamp().as_millisecond()));
-        }
-    }
-    if let Ok(d) = jiff::civil::Date::strptime("%Y-%m-%d", t) {
-        if let Ok(z) = d.to_zoned(jiff::tz::TimeZone::UTC) {
-            return Ok(Some(z.timestamp().as_millisecond()));
-        }
-    }
-    if let Some(ms) = crate::api::parse_expires(t) {
-        return Ok(Some(ms));
-    }
-    Err(call.bad(name, v))
-}
-
-fn sample_json(vm: &Vm, s: &Sample) -> Value {
-    let mut m = Map::new();
-    m.insert("timestamp".into(), json!(format_time(s.at_ms)));
-    stats_fields(&mut m, vm, s);
-    m.insert(
-        "diskiopstotal".into(),
-        json!(s.disk_read_kib / 8 + s.disk_write_kib / 8),
-    );
-    m.insert("networkread".into(), json!(mib(s.rx_kib)));
-    m.insert("networkwrite".into(), json!(mib(s.tx_kib)));
-    Value::Object(m)
-}
-
-pub(super) fn list_usage_history(call: &mut Call<'_>) -> Result<Reply, ApiError> {
-    let start = parse_date(call, "startdate")?;
-    let end = parse_date(call, "enddate")?;
-    let all = select_vms(call, true)?;
-    let w: &World = call.world;
-    let retention_from =
-        w.now_ms() - (w.settings.stats_retention_seconds as Ms).saturating_mul(1000);
-    let range = call.paging.slice(&all);
-    let items: Vec<Value> = all[range]
-        .iter()
-        .map(|i| {
-            let vm = &w.vms()[*i];
-            let stats: Vec<Value> = if w.settings.stats_interval_seconds == 0 {
-                Vec::new()
-            } else {
-                vm.history
-                    .iter()
-                    .filter(|s| s.at_ms >= retention_from)
-                    .filter(|s| start.is_none_or(|t| s.at_ms >= t))
-                    .filter(|s| end.is_none_or(|t| s.at_ms <= t))
-                    .map(|s| sample_json(vm, s))
-                    .collect()
-            };
-            json!({"id": vm.id, "name": vm.name, "displayname": vm.display_name, "stats": stats})
-        })
-        .collect();
-    let count = items.len();
-    Ok(Reply::List { items, count })
 }

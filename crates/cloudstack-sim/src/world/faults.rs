@@ -1,9 +1,7 @@
 //! Faults: injected faults, guest kinds that imply them, the fault schedule, and applying
 //! and clearing faults.
 
-use crate::traffic::Behaviour;
-
-use super::{HostControl, Ms, Vm, VmState, World, WorldError};
+use super::{HostStatus, Ms, ResourceState, Vm, VmState, World, WorldError};
 
 /// Faults that can be injected into a VM (admin API or scenario schedule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,10 +71,13 @@ pub enum GuestKind {
     StallStarting,
     NoAddress,
     DetachNic,
+    /// Boots, then kubeadm waits for an API endpoint that never comes up
+    /// (`waiting-for-endpoint` traffic) until the profile is changed.
+    Waiting,
 }
 
 impl GuestKind {
-    pub const ALL: [GuestKind; 7] = [
+    pub const ALL: [GuestKind; 8] = [
         GuestKind::Healthy,
         GuestKind::NicDown,
         GuestKind::SlowBoot,
@@ -84,6 +85,7 @@ impl GuestKind {
         GuestKind::StallStarting,
         GuestKind::NoAddress,
         GuestKind::DetachNic,
+        GuestKind::Waiting,
     ];
 
     pub fn parse(s: &str) -> Option<Self> {
@@ -99,6 +101,7 @@ impl GuestKind {
             Self::StallStarting => "stall-starting",
             Self::NoAddress => "no-address",
             Self::DetachNic => "detach-nic",
+            Self::Waiting => "waiting",
         }
     }
 
@@ -108,7 +111,7 @@ impl GuestKind {
 
     fn as_fault(self) -> Option<Fault> {
         match self {
-            Self::Healthy => None,
+            Self::Healthy | Self::Waiting => None,
             Self::NicDown => Some(Fault::NicDown),
             Self::SlowBoot => Some(Fault::SlowBoot),
             Self::ServicesFail => Some(Fault::ServicesFail),
@@ -131,18 +134,6 @@ impl Vm {
             .into_iter()
             .filter(|f| self.faults & f.bit() != 0)
             .collect()
-    }
-
-    pub fn behaviour(&self) -> Behaviour {
-        if self.has(Fault::DetachNic) {
-            Behaviour::Silent
-        } else if self.has(Fault::NicDown) {
-            Behaviour::NicDown
-        } else if self.has(Fault::SlowBoot) {
-            Behaviour::SlowBoot
-        } else {
-            Behaviour::Healthy
-        }
     }
 }
 
@@ -184,11 +175,15 @@ impl World {
         }
         let bit = fault.bit();
         match fault {
-            Fault::NicDown
-            | Fault::NoAddress
-            | Fault::DetachNic
-            | Fault::ServicesFail
-            | Fault::SlowBoot => vm.change_flags(t, &c, |v| v.faults |= bit),
+            Fault::NicDown => vm.change_flags(t, &c, |v| {
+                if v.faults & bit == 0 {
+                    v.nic_down_since = Some(t);
+                }
+                v.faults |= bit
+            }),
+            Fault::NoAddress | Fault::DetachNic | Fault::ServicesFail | Fault::SlowBoot => {
+                vm.change_flags(t, &c, |v| v.faults |= bit)
+            }
             Fault::StallStarting => {
                 vm.faults |= bit;
                 if matches!(vm.state, VmState::Running | VmState::Starting) {
@@ -214,11 +209,14 @@ impl World {
                     self.release_address(address);
                 }
             }
+            // The agent lost its connection (status Alert): `hostcontrolstate` Offline and
+            // no more rows; the guest runs on.
             Fault::HostOffline => {
                 vm.faults |= bit;
                 let h = vm.host;
                 if let Some(h) = self.hosts.get_mut(h) {
-                    h.control = HostControl::Offline;
+                    let rs = h.resource_state();
+                    h.set_states(HostStatus::Alert, rs);
                 }
             }
         }
@@ -235,7 +233,10 @@ impl World {
         };
         let host = vm.host;
         let had_host_offline = vm.faults & Fault::HostOffline.bit() != 0;
-        vm.change_flags(t, &c, |v| v.faults = 0);
+        vm.change_flags(t, &c, |v| {
+            v.faults = 0;
+            v.nic_down_since = None;
+        });
         if vm.state == VmState::Starting
             && vm.transition_at.is_none()
             && !vm.has(Fault::StallStarting)
@@ -244,7 +245,11 @@ impl World {
         }
         if had_host_offline {
             if let Some(h) = self.hosts.get_mut(host) {
-                h.control = HostControl::Enabled;
+                // The agent reconnects: a fresh agent process has no previous readings.
+                h.set_states(HostStatus::Up, ResourceState::Enabled);
+                for v in self.vms.iter_mut().filter(|v| v.host == host) {
+                    v.reset_agent_reading();
+                }
             }
         }
     }
@@ -261,14 +266,24 @@ mod tests {
         let a = w.add_vm(&VmSpec::new("a")).unwrap();
         w.advance_to(T0 + 60_000);
         w.apply_fault_now(a, Fault::HostOffline);
-        let before = w.vm(a).unwrap().last_sample;
+        let rows = w.vm(a).unwrap().stats_rows().len();
+        assert!(rows > 0);
         w.advance_to(T0 + 300_000);
-        assert_eq!(w.vm(a).unwrap().last_sample, before);
-        assert_eq!(w.hosts[0].control, HostControl::Offline);
+        assert_eq!(
+            w.vm(a).unwrap().stats_rows().len(),
+            rows,
+            "no rows while Alert"
+        );
+        assert_eq!(w.hosts[0].control_state(), HostControl::Offline);
+        assert_eq!(w.hosts[0].status(), HostStatus::Alert);
         w.clear_faults_now(a);
-        assert_eq!(w.hosts[0].control, HostControl::Enabled);
+        assert_eq!(w.hosts[0].control_state(), HostControl::Enabled);
         w.advance_to(T0 + 320_000);
-        assert!(w.vm(a).unwrap().last_sample.unwrap().tx_kib > before.unwrap().tx_kib);
+        let vm = w.vm(a).unwrap();
+        let new: Vec<_> = vm.stats_rows().skip(rows).collect();
+        assert_eq!(new.len(), 2);
+        assert_eq!(new[0].tx, 0, "the reconnected agent starts a new baseline");
+        assert!(new[1].tx > 0);
     }
 
     #[test]

@@ -1,5 +1,4 @@
-//! Infrastructure: zones, guest networks and their address pools, hosts and their control
-//! states.
+//! Infrastructure: zones, guest networks and their address pools (hosts: `hosts.rs`).
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
@@ -136,52 +135,6 @@ pub fn parse_cidr(s: &str) -> Option<(u32, u8)> {
     Some((u32::from(ip) & mask, len))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HostControl {
-    Enabled,
-    Disabled,
-    Offline,
-    Maintenance,
-    Unknown,
-}
-
-impl HostControl {
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "Enabled" => Some(Self::Enabled),
-            "Disabled" => Some(Self::Disabled),
-            "Offline" => Some(Self::Offline),
-            "Maintenance" => Some(Self::Maintenance),
-            "Unknown" => Some(Self::Unknown),
-            _ => None,
-        }
-    }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Enabled => "Enabled",
-            Self::Disabled => "Disabled",
-            Self::Offline => "Offline",
-            Self::Maintenance => "Maintenance",
-            Self::Unknown => "Unknown",
-        }
-    }
-    /// Whether the stats collector reaches the host.
-    pub fn collects_stats(self) -> bool {
-        matches!(self, Self::Enabled | Self::Disabled | Self::Maintenance)
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Host {
-    pub id: String,
-    pub name: String,
-    pub zone: usize,
-    pub control: HostControl,
-    /// The stats collector misses this host although it is connected (a stats gap): its
-    /// VMs' counters stay at their last sample and no new samples are kept.
-    pub stats_collection_paused: bool,
-}
-
 impl World {
     pub fn add_zone(&mut self, name: &str, id: Option<&str>) -> Result<usize, WorldError> {
         unique_name(&self.zones, |z| &z.name, "zone", name)?;
@@ -264,32 +217,6 @@ impl World {
         self.networks
             .iter()
             .position(|n| n.name == name_or_id || n.id == name_or_id)
-    }
-
-    pub fn add_host(
-        &mut self,
-        name: &str,
-        id: Option<&str>,
-        zone: Option<&str>,
-        control: HostControl,
-    ) -> Result<usize, WorldError> {
-        unique_name(&self.hosts, |h| &h.name, "host", name)?;
-        let zone = self.zone_or_first(zone)?;
-        let id = self.check_id(id, "host", |i| self.hosts.iter().any(|h| h.id == i))?;
-        self.hosts.push(Host {
-            id,
-            name: name.to_string(),
-            zone,
-            control,
-            stats_collection_paused: false,
-        });
-        Ok(self.hosts.len() - 1)
-    }
-
-    pub fn host_index(&self, name_or_id: &str) -> Option<usize> {
-        self.hosts
-            .iter()
-            .position(|h| h.name == name_or_id || h.id == name_or_id)
     }
 
     // Lookups by UUID alone, as API parameters name objects (`*_index` also take names).

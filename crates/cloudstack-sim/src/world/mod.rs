@@ -1,19 +1,23 @@
 //! The simulated cloud: accounts, zones, networks, hosts, projects and VMs, and how they
 //! evolve with simulated time.
 //!
-//! Everything that changes on its own (boot, expunge, stats samples, scheduled faults) is a
-//! pure function of simulated time and is applied lazily by [`World::advance_to`], which the
-//! server calls before answering any request. Advancing is O(number of VMs) with O(1) work
-//! per VM and step (counters are closed-form, see [`super::traffic`]), independent of how
-//! far the clock jumped.
+//! Everything that changes on its own (boot, expunge, `vm_stats` rows, scheduled faults and
+//! host changes) is a pure function of simulated time and is applied lazily by
+//! [`World::advance_to`], which the server calls before answering any request. Guest traffic
+//! is closed-form ([`super::traffic`]); advancing costs O(VMs × rows created), and a clock
+//! jump creates at most the rows that are still retained at its end.
 
 mod accounts;
 mod affinity;
+mod collector;
 mod faults;
+mod guest;
+mod hosts;
 mod infra;
 mod jobs;
 mod lifecycle;
 mod offerings;
+pub mod rows;
 mod settings;
 mod stats;
 mod vms;
@@ -25,15 +29,20 @@ use super::catalog::{
     DEFAULT_DISK_SMALL_ID, DEFAULT_OFFERING_ID, DEFAULT_OFFERING_NAME, DEFAULT_TEMPLATE_ID,
     DEFAULT_TEMPLATE_NAME,
 };
-use super::traffic::RateParams;
+use super::traffic::{Profile, Timing};
 
 pub use accounts::{
     rule_matches, Account, AccountType, Project, Role, RoleDecision, RoleRule, Secret, Throttle,
 };
 pub use faults::{Fault, GuestKind, ScheduledFault};
-pub use infra::{parse_cidr, Host, HostControl, Network, NetworkType, Zone};
-pub use settings::Settings;
-pub use stats::Sample;
+pub use guest::Reading;
+pub use hosts::{
+    Host, HostChange, HostControl, HostStatus, Hypervisor, ResourceState, ScheduledHostChange,
+};
+pub use infra::{parse_cidr, Network, NetworkType, Zone};
+pub use rows::{Row, StatsRows, Sums};
+pub use settings::{parse_time_zone, Settings};
+pub use stats::{history_date, StatsView};
 pub use vms::{DataDisk, Nic, Vm, VmSpec, VmState};
 
 /// Simulated time: milliseconds since the Unix epoch.
@@ -97,11 +106,15 @@ fn new_uuid() -> String {
 }
 
 /// Timing and stats parameters the VMs evolve with.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Ctx {
+    /// `vm.stats.interval` (0 = collection off).
     interval_ms: Ms,
-    cap: usize,
-    rates: RateParams,
+    /// Collection phase of each management server.
+    offsets: Vec<Ms>,
+    retention_ms: Ms,
+    timing: Timing,
+    slow_ms: Ms,
     expunge_delay_ms: Ms,
     expunge_ms: Ms,
 }
@@ -129,6 +142,10 @@ pub struct World {
     by_name: HashMap<String, usize>,
     scheduled: Vec<ScheduledFault>,
     next_scheduled: usize,
+    scheduled_hosts: Vec<ScheduledHostChange>,
+    next_scheduled_host: usize,
+    /// `vm_stats` rows the API had to read so far (listings with stats, usage history).
+    pub stats_rows_read: u64,
     now_ms: Ms,
     start_ms: Ms,
     next_seq: u64,
@@ -157,6 +174,9 @@ impl World {
             by_name: HashMap::new(),
             scheduled: Vec::new(),
             next_scheduled: 0,
+            scheduled_hosts: Vec::new(),
+            next_scheduled_host: 0,
+            stats_rows_read: 0,
             now_ms: start_ms,
             start_ms,
             next_seq: 1,
@@ -231,22 +251,17 @@ impl World {
     fn ctx(&self) -> Ctx {
         let s = &self.settings;
         let interval_ms = (s.stats_interval_seconds as Ms).saturating_mul(1000);
-        let cap = s
-            .stats_retention_seconds
-            .checked_div(s.stats_interval_seconds)
-            .map_or(1, |c| c.max(1) as usize);
-        let slow_intervals = if s.stats_interval_seconds == 0 {
-            0
-        } else {
-            s.slow_boot_seconds.div_ceil(s.stats_interval_seconds)
-        };
+        let n = s.management_servers.clamp(1, 64) as usize;
         Ctx {
             interval_ms,
-            cap: cap.min(100_000),
-            rates: RateParams {
-                interval_s: s.stats_interval_seconds.max(1),
-                slow_intervals,
+            offsets: (0..n).map(|k| s.ms_offset_ms(k)).collect(),
+            retention_ms: (s.stats_retention_seconds as Ms).saturating_mul(1000),
+            timing: Timing {
+                boot_ms: secs_to_ms(s.guest_boot_seconds),
+                join_ms: secs_to_ms(s.guest_join_seconds),
+                speed_permille: (s.guest_speedup.clamp(0.001, 1_000.0) * 1000.0).round() as u64,
             },
+            slow_ms: (s.slow_boot_seconds as Ms).saturating_mul(1000),
             expunge_delay_ms: secs_to_ms(s.expunge_delay_seconds),
             expunge_ms: secs_to_ms(s.expunge_seconds),
         }
@@ -272,16 +287,37 @@ impl World {
 
     // ---- time -----------------------------------------------------------------------
 
-    /// Advances the world to simulated time `t` (never backwards).
+    /// Advances the world to simulated time `t` (never backwards), applying scheduled faults
+    /// and host changes at their times.
     pub fn advance_to(&mut self, t: Ms) {
-        while let Some(f) = self.scheduled.get(self.next_scheduled).cloned() {
-            if f.at_ms > t {
+        for h in &mut self.hosts {
+            h.sync_legacy_control();
+        }
+        loop {
+            let fault = self.scheduled.get(self.next_scheduled).map(|f| f.at_ms);
+            let host = self
+                .scheduled_hosts
+                .get(self.next_scheduled_host)
+                .map(|f| f.at_ms);
+            let next = match (fault, host) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) => a,
+                (None, Some(b)) => b,
+                (None, None) => break,
+            };
+            if next > t {
                 break;
             }
-            self.next_scheduled += 1;
-            let at = f.at_ms.max(self.now_ms);
-            self.advance_all(at);
-            self.apply_fault_now(f.vm, f.fault);
+            self.advance_all(next.max(self.now_ms));
+            if fault == Some(next) {
+                let f = self.scheduled[self.next_scheduled].clone();
+                self.next_scheduled += 1;
+                self.apply_fault_now(f.vm, f.fault);
+            } else {
+                let h = self.scheduled_hosts[self.next_scheduled_host].clone();
+                self.next_scheduled_host += 1;
+                let _ = self.change_host_now(h.host, &h.change);
+            }
         }
         self.advance_all(t);
     }
@@ -291,16 +327,16 @@ impl World {
             return;
         }
         let c = self.ctx();
+        let col = collector::Collections::new(self.now_ms, t, &c);
         let hosts = &self.hosts;
         let mut freed = Vec::new();
         for vm in self.vms.iter_mut() {
-            let online = hosts
-                .get(vm.host)
-                .is_some_and(|h| h.control.collects_stats() && !h.stats_collection_paused);
-            if vm.advance(t, online, &c) {
+            let host = hosts.get(vm.host).map(|h| (h.collectable(), h.hypervisor));
+            if vm.advance(t, host, &col, &c) {
                 self.by_name.remove(&vm.name);
                 freed.extend(vm.nic_assignment());
             }
+            vm.rows.expire(col.cutoff);
         }
         for address in freed {
             self.release_address(address);
@@ -308,7 +344,23 @@ impl World {
         self.now_ms = t;
         self.settle_jobs();
     }
+
+    /// Sets (or clears, with `None`) a VM's traffic profile from now on (call `advance_to`
+    /// first).
+    pub fn set_profile_now(&mut self, idx: usize, p: Option<Profile>) -> Result<(), WorldError> {
+        let t = self.now_ms;
+        let c = self.ctx();
+        let vm = self
+            .vms
+            .get_mut(idx)
+            .ok_or_else(|| WorldError::NotFound(format!("no VM #{idx}")))?;
+        vm.set_profile(p, t, &c);
+        Ok(())
+    }
 }
+
+#[cfg(test)]
+mod stats_tests;
 
 #[cfg(test)]
 mod test_support {

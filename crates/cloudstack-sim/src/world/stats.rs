@@ -1,160 +1,145 @@
-//! Stats collection: the hypervisor counters per guest behaviour (closed-form, see
-//! [`crate::traffic`]) and the samples the stats collector keeps.
+//! What the API reads from a VM's `vm_stats` rows: the listing's stats fields
+//! (`StatsCollector.getVmStats@00114e8b`) and the date parameters of the usage history.
 
-use crate::traffic::{self, RateParams};
+use super::rows::Row;
+use super::{Ms, Vm};
 
-use super::{Ctx, Ms, Vm, VmState};
-
-/// One collected stats sample (cumulative counters at a stats-interval boundary).
+/// The stats fields of `listVirtualMachines` for one VM, already truncated to whole numbers as
+/// `UserVmJoinDaoImpl` does (`(long)` casts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sample {
-    pub at_ms: Ms,
-    /// Intervals since the VM started running.
-    pub n: u64,
+pub struct StatsView {
     pub rx_kib: u64,
     pub tx_kib: u64,
     pub disk_read_kib: u64,
     pub disk_write_kib: u64,
-    pub cpu_centi: u32,
+    pub disk_io_read: u64,
+    pub disk_io_write: u64,
+    /// From the latest row, accumulated or not.
+    pub cpu_centi: u16,
+    pub latest_ms: Ms,
+    /// Rows the server read to answer (it loads every retained row of the VM,
+    /// `vmStatsDao.findByVmIdOrderByTimestampDesc`, even for the latest one).
+    pub rows_read: usize,
+}
+
+/// Whole KiB of a value in 1/1024 KiB; disk IOs as 8-KiB operations.
+fn kib(units: u64) -> u64 {
+    units / 1024
 }
 
 impl Vm {
-    /// Stats intervals completed between the VM starting to run and `t`.
-    fn n_at(&self, t: Ms, interval_ms: Ms) -> u64 {
-        match self.running_since {
-            Some(rs) if interval_ms > 0 && t >= rs => {
-                (t.div_euclid(interval_ms) - rs.div_euclid(interval_ms)).max(0) as u64
-            }
-            _ => 0,
-        }
-    }
-
-    /// The hypervisor's cumulative network counters after `n` intervals.
-    fn net_at(&self, n: u64, rates: RateParams) -> (u64, u64) {
-        let (rx, tx) = traffic::sum(self.beh, self.seg_n, n.max(self.seg_n), rates);
-        (self.base_rx + rx, self.base_tx + tx)
-    }
-
-    /// Freezes the counters at `t` so that a behaviour change applies from `t` on.
-    fn fold(&mut self, t: Ms, c: &Ctx) {
-        if self.state == VmState::Running && c.interval_ms > 0 {
-            let n = self.n_at(t, c.interval_ms);
-            let (rx, tx) = self.net_at(n, c.rates);
-            self.base_rx = rx;
-            self.base_tx = tx;
-            self.seg_n = n.max(self.seg_n);
-        }
-    }
-
-    pub(super) fn change_flags(&mut self, t: Ms, c: &Ctx, f: impl FnOnce(&mut Self)) {
-        self.fold(t, c);
-        f(self);
-        self.beh = self.behaviour();
-    }
-
-    fn sample(&self, at_ms: Ms, n: u64, c: &Ctx) -> Sample {
-        let (rx, tx) = self.net_at(n, c.rates);
-        let (dr, dw) = traffic::disk(n, c.rates);
-        Sample {
-            at_ms,
-            n,
-            rx_kib: rx,
-            tx_kib: tx,
-            disk_read_kib: dr,
-            disk_write_kib: dw,
-            cpu_centi: traffic::cpu_centi(self.beh, self.seq, n, c.rates),
-        }
-    }
-
-    /// Collects the samples at stats boundaries in `(from, to]`.
-    pub(super) fn collect(&mut self, from: Ms, to: Ms, online: bool, c: &Ctx) {
-        let i = c.interval_ms;
-        if i <= 0 || self.state != VmState::Running || !online || to <= from {
-            return;
-        }
-        let Some(rs) = self.running_since else {
-            return;
+    /// The listing's stats: `None` while the VM has no retained row. With `accumulate`, the
+    /// sum over all retained rows of every management server (`accumulateVmMetricsStats`),
+    /// otherwise the latest row only; `cpuused` is the latest row's either way.
+    pub fn stats_view(&self, accumulate: bool) -> Option<StatsView> {
+        let latest = self.rows.latest()?;
+        let (rx, tx, dr, dw) = if accumulate {
+            let s = self.rows.sums();
+            (s.rx, s.tx, s.disk_read, s.disk_write)
+        } else {
+            (
+                u64::from(latest.rx),
+                u64::from(latest.tx),
+                u64::from(latest.disk_read),
+                u64::from(latest.disk_write),
+            )
         };
-        let first = from.div_euclid(i) + 1;
-        let last = to.div_euclid(i);
-        if last < first {
-            return;
+        Some(StatsView {
+            rx_kib: kib(rx),
+            tx_kib: kib(tx),
+            disk_read_kib: kib(dr),
+            disk_write_kib: kib(dw),
+            disk_io_read: dr / 8192,
+            disk_io_write: dw / 8192,
+            cpu_centi: latest.cpu_centi,
+            latest_ms: latest.at_ms,
+            rows_read: self.rows.len(),
+        })
+    }
+
+    /// Retained rows, oldest first.
+    pub fn stats_rows(&self) -> impl DoubleEndedIterator<Item = &Row> + ExactSizeIterator {
+        self.rows.iter()
+    }
+}
+
+/// Parses `startdate`/`enddate` of `listVirtualMachinesUsageHistory`.
+///
+/// What `ParamProcessWorker@00a47984` (and `@60516455`) does for a `CommandType.DATE` parameter
+/// of this command (only event, alert and usage-record commands get the date-time branch;
+/// docs/cloudstack-stats.md §3): a non-lenient `yyyy-MM-dd`
+/// `SimpleDateFormat` in the server JVM's default zone parses the leading date and ignores the
+/// rest, so the time of day is dropped and the instant is midnight in the *server's* zone.
+/// Returns `None` when no date can be read (the caller answers 431).
+pub fn history_date(s: &str, tz: &jiff::tz::TimeZone) -> Option<Ms> {
+    let s = s.trim_start();
+    let mut parts = [0i32; 3];
+    let mut rest = s;
+    for (i, part) in parts.iter_mut().enumerate() {
+        let n = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 || n > 4 {
+            return None;
         }
-        let start = first.max(last - c.cap as i64 + 1);
-        let rs_b = rs.div_euclid(i);
-        for b in start..=last {
-            let n = (b - rs_b).max(0) as u64;
-            let s = self.sample(b * i, n, c);
-            self.history.push_back(s);
-            if self.history.len() > c.cap {
-                self.history.pop_front();
-            }
-            self.last_sample = Some(s);
+        *part = rest[..n].parse().ok()?;
+        rest = &rest[n..];
+        if i < 2 {
+            rest = rest.strip_prefix('-')?;
         }
     }
+    let d = jiff::civil::Date::new(
+        i16::try_from(parts[0]).ok()?,
+        i8::try_from(parts[1]).ok()?,
+        i8::try_from(parts[2]).ok()?,
+    )
+    .ok()?;
+    let z = d.to_zoned(tz.clone()).ok()?;
+    Some(z.timestamp().as_millisecond())
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::world::test_support::{world, T0};
-    use crate::world::*;
+    use super::*;
 
     #[test]
-    fn boot_then_healthy_counters_rise_and_nic_down_stays_flat() {
-        let mut w = world();
-        let a = w.add_vm(&VmSpec::new("a")).unwrap();
-        let mut spec = VmSpec::new("b");
-        spec.guest = GuestKind::NicDown;
-        let b = w.add_vm(&spec).unwrap();
-        assert_eq!(w.vm(a).unwrap().state, VmState::Starting);
-        w.advance_to(T0 + 5_000);
-        assert_eq!(w.vm(a).unwrap().state, VmState::Running);
-        w.advance_to(T0 + 60_000);
-        let s1 = w.vm(a).unwrap().last_sample.unwrap();
-        let n1 = w.vm(b).unwrap().last_sample.unwrap();
-        w.advance_to(T0 + 600_000);
-        let s2 = w.vm(a).unwrap().last_sample.unwrap();
-        let n2 = w.vm(b).unwrap().last_sample.unwrap();
-        assert!(s2.tx_kib > s1.tx_kib && s2.rx_kib > s1.rx_kib);
-        assert!(n1.tx_kib > 0, "boot traffic");
-        assert_eq!(n2.tx_kib, n1.tx_kib);
-        assert!(n2.rx_kib > n1.rx_kib);
+    fn the_shims_minus_twelve_instant_is_read_as_local_midnight_of_its_date() {
+        // What capc-health-shim sends for 2026-12-02T00:10:00Z.
+        let sent = "2026-12-01T12:10:00-12:00";
+        for zone in [
+            "UTC",
+            "Pacific/Kiritimati",
+            "Etc/GMT+12",
+            "America/Los_Angeles",
+        ] {
+            let tz = jiff::tz::TimeZone::get(zone).unwrap();
+            let start = history_date(sent, &tz).unwrap();
+            let instant = jiff::Timestamp::from_second(1_796_170_200).unwrap();
+            assert!(
+                start <= instant.as_millisecond(),
+                "{zone}: starts after the instant"
+            );
+            let midnight = jiff::civil::date(2026, 12, 1).to_zoned(tz).unwrap();
+            assert_eq!(start, midnight.timestamp().as_millisecond(), "{zone}");
+        }
     }
 
     #[test]
-    fn big_clock_jump_is_bounded_and_equals_small_steps() {
-        let mut w1 = world();
-        let mut w2 = world();
-        for w in [&mut w1, &mut w2] {
-            w.add_vm(&VmSpec::new("a")).unwrap();
-        }
-        w1.advance_to(T0 + 86_400_000);
-        let mut t = T0;
-        while t < T0 + 86_400_000 {
-            t += 7_000;
-            w2.advance_to(t.min(T0 + 86_400_000));
-        }
-        let a = w1.vm(0).unwrap();
-        let b = w2.vm(0).unwrap();
-        assert_eq!(a.last_sample, b.last_sample);
-        assert_eq!(a.history, b.history);
-        assert_eq!(a.history.len(), 360);
-    }
-
-    #[test]
-    fn a_stats_gap_keeps_the_host_connected_and_the_counters_flat() {
-        let mut w = world();
-        let a = w.add_vm(&VmSpec::new("a")).unwrap();
-        w.advance_to(T0 + 120_000);
-        w.hosts[0].stats_collection_paused = true;
-        let before = w.vm(a).unwrap().last_sample;
-        let kept = w.vm(a).unwrap().history.len();
-        w.advance_to(T0 + 400_000);
-        assert_eq!(w.vm(a).unwrap().last_sample, before);
-        assert_eq!(w.vm(a).unwrap().history.len(), kept);
-        assert_eq!(w.hosts[0].control, HostControl::Enabled);
-        w.hosts[0].stats_collection_paused = false;
-        w.advance_to(T0 + 460_000);
-        assert!(w.vm(a).unwrap().last_sample.unwrap().tx_kib > before.unwrap().tx_kib);
+    fn dates_are_read_date_only_at_midnight_in_the_server_zone() {
+        let utc = jiff::tz::TimeZone::UTC;
+        let ny = jiff::tz::TimeZone::get("America/New_York").unwrap();
+        let midnight_utc = 1_704_153_600_000; // 2024-01-02T00:00:00Z
+        assert_eq!(history_date("2024-01-02", &utc), Some(midnight_utc));
+        assert_eq!(
+            history_date("2024-01-02 18:30:00", &utc),
+            Some(midnight_utc),
+            "the time part is dropped"
+        );
+        // Midnight in New York is 05:00 UTC (EST).
+        assert_eq!(
+            history_date("2024-01-02 18:30:00", &ny),
+            Some(midnight_utc + 5 * 3_600_000)
+        );
+        assert_eq!(history_date("2024-13-02", &utc), None);
+        assert_eq!(history_date("yesterday", &utc), None);
+        assert_eq!(history_date("", &utc), None);
     }
 }

@@ -1,13 +1,13 @@
 //! VMs: their states, NICs and data disks, what to create ([`VmSpec`]), creation and lookup.
 
-use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
-use crate::traffic::Behaviour;
+use crate::traffic::Profile;
 
+use super::guest::{Reading, Seg};
+use super::rows::StatsRows;
 use super::{
-    is_canonical_uuid, new_uuid, secs_to_ms, Fault, GuestKind, Ms, NetworkType, Sample, World,
-    WorldError,
+    is_canonical_uuid, new_uuid, secs_to_ms, Fault, GuestKind, Ms, NetworkType, World, WorldError,
 };
 
 /// The VM states the simulator produces.
@@ -88,12 +88,16 @@ pub struct Vm {
     pub migration_target: Option<usize>,
     pub running_since: Option<Ms>,
     pub(super) nic: Option<Nic>,
-    pub(super) seg_n: u64,
-    pub(super) base_rx: u64,
-    pub(super) base_tx: u64,
-    pub(super) beh: Behaviour,
-    pub last_sample: Option<Sample>,
-    pub history: VecDeque<Sample>,
+    /// Traffic segments (see `guest.rs`).
+    pub(super) segs: Vec<Seg>,
+    pub(super) profile_override: Option<Profile>,
+    pub(super) override_since: Ms,
+    /// When an injected nic-down fault took the NIC down.
+    pub(super) nic_down_since: Option<Ms>,
+    /// The KVM agent's previous reading of this VM.
+    pub(super) kvm_prev: Option<Reading>,
+    /// The VM's retained `vm_stats` rows.
+    pub(super) rows: StatsRows,
     pub(super) processed_ms: Ms,
     /// Expunged (vanished): the id still resolves but the VM is never listed.
     pub removed: bool,
@@ -163,6 +167,8 @@ pub struct VmSpec {
     pub display_name: Option<String>,
     pub state: VmState,
     pub guest: GuestKind,
+    /// A traffic profile for the whole run instead of the guest kind's timeline.
+    pub profile: Option<Profile>,
     /// Account name; the default account when absent.
     pub account: Option<String>,
     /// Zone name or id; the first zone when absent.
@@ -202,6 +208,7 @@ impl VmSpec {
             display_name: None,
             state: VmState::Starting,
             guest: GuestKind::Healthy,
+            profile: None,
             account: None,
             zone: None,
             network: None,
@@ -389,12 +396,12 @@ impl World {
                 ip,
                 network,
             }),
-            seg_n: 0,
-            base_rx: 0,
-            base_tx: 0,
-            beh: Behaviour::Healthy,
-            last_sample: None,
-            history: VecDeque::new(),
+            segs: Vec::new(),
+            profile_override: spec.profile,
+            override_since: now,
+            nic_down_since: None,
+            kvm_prev: None,
+            rows: StatsRows::default(),
             processed_ms: now,
             removed: false,
             tags: spec.tags.clone(),
@@ -416,12 +423,11 @@ impl World {
             details: spec.details.clone(),
             deployed: spec.deployed,
         };
-        vm.beh = vm.behaviour();
         match spec.state {
             VmState::Starting if !vm.has(Fault::StallStarting) => {
                 vm.transition_at = Some(now + vm.boot_ms)
             }
-            VmState::Running => vm.start_running(now),
+            VmState::Running => vm.start_running(now, &c),
             VmState::Destroyed => vm.transition_at = Some(now + c.expunge_delay_ms),
             VmState::Expunging => vm.transition_at = Some(now + c.expunge_ms),
             _ => {}

@@ -7,6 +7,14 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+mod catalogue;
+mod stats;
+
+use catalogue::catalogue;
+
+pub use stats::{apply_settings, host_change, SETTINGS_KEYS};
+
+use super::traffic::Profile;
 use super::world::{
     is_canonical_uuid, secs_to_ms, AccountType, Fault, GuestKind, HostControl, Ms, NetworkType,
     Role, RoleRule, Settings, Throttle, VmSpec, VmState, World,
@@ -29,16 +37,16 @@ pub struct FieldError {
     pub message: String,
 }
 
-type R<T> = Result<T, FieldError>;
+pub(crate) type R<T> = Result<T, FieldError>;
 
-fn err<T>(path: impl Into<String>, message: impl Into<String>) -> R<T> {
+pub(crate) fn err<T>(path: impl Into<String>, message: impl Into<String>) -> R<T> {
     Err(FieldError {
         path: path.into(),
         message: message.into(),
     })
 }
 
-fn kind(v: &Value) -> &'static str {
+pub(crate) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -83,7 +91,7 @@ impl<'a> Obj<'a> {
         Ok(())
     }
 
-    fn get(&self, k: &str) -> Option<&'a Value> {
+    pub(crate) fn get(&self, k: &str) -> Option<&'a Value> {
         self.m.get(k).filter(|v| !v.is_null())
     }
 
@@ -160,7 +168,7 @@ impl<'a> Obj<'a> {
     }
 }
 
-fn throttle(v: &Value, path: &str) -> R<Throttle> {
+pub(crate) fn throttle(v: &Value, path: &str) -> R<Throttle> {
     let o = Obj::new(v, path)?;
     o.only(&["max", "interval_seconds"])?;
     let max = o.u64("max")?.ok_or_else(|| FieldError {
@@ -175,63 +183,6 @@ fn throttle(v: &Value, path: &str) -> R<Throttle> {
         max,
         interval_seconds,
     })
-}
-
-fn settings(v: &Value, path: &str) -> R<Settings> {
-    let o = Obj::new(v, path)?;
-    o.only(&[
-        "stats_interval_seconds",
-        "stats_retention_seconds",
-        "default_page_size",
-        "boot_seconds",
-        "expunge_delay_seconds",
-        "expunge_seconds",
-        "slow_boot_seconds",
-        "cloudstack_version",
-        "allow_user_view_destroyed_vm",
-        "allow_user_expunge_recover_vm",
-        "throttle",
-        "default_account",
-    ])?;
-    let mut s = Settings::default();
-    if let Some(x) = o.u64("stats_interval_seconds")? {
-        s.stats_interval_seconds = x;
-    }
-    if let Some(x) = o.u64("stats_retention_seconds")? {
-        s.stats_retention_seconds = x;
-    }
-    if let Some(x) = o.u64("default_page_size")? {
-        if x == 0 {
-            return err(o.at("default_page_size"), "must be at least 1");
-        }
-        s.default_page_size = x;
-    }
-    if let Some(x) = o.f64("boot_seconds")? {
-        s.boot_seconds = x;
-    }
-    if let Some(x) = o.f64("expunge_delay_seconds")? {
-        s.expunge_delay_seconds = x;
-    }
-    if let Some(x) = o.f64("expunge_seconds")? {
-        s.expunge_seconds = x;
-    }
-    if let Some(x) = o.u64("slow_boot_seconds")? {
-        s.slow_boot_seconds = x;
-    }
-    if let Some(x) = o.str("cloudstack_version")? {
-        s.cloudstack_version = x.to_string();
-    }
-    if let Some(x) = o.bool("allow_user_view_destroyed_vm")? {
-        s.allow_user_view_destroyed_vm = x;
-    }
-    if let Some(x) = o.bool("allow_user_expunge_recover_vm")? {
-        s.allow_user_expunge_recover_vm = x;
-    }
-    if let Some(t) = o.value("throttle") {
-        s.throttle = Some(throttle(t, &o.at("throttle"))?);
-    }
-    s.default_account = o.str("default_account")?.map(str::to_string);
-    Ok(s)
 }
 
 fn role(v: &Value, path: &str) -> R<Role> {
@@ -304,6 +255,7 @@ pub fn vm_spec(v: &Value, path: &str, allow_count: bool) -> R<(VmSpec, usize)> {
         "haenable",
         "service_offering",
         "template",
+        "profile",
     ];
     if allow_count {
         fields.push("count");
@@ -329,6 +281,15 @@ pub fn vm_spec(v: &Value, path: &str, allow_count: bool) -> R<(VmSpec, usize)> {
                 VmState::NAMES.join(", ")
             ),
         })?;
+    }
+    if let Some(p) = o.str("profile")? {
+        spec.profile = Some(Profile::parse(p).ok_or_else(|| FieldError {
+            path: o.at("profile"),
+            message: format!(
+                "unknown traffic profile {p:?} (expected one of: {})",
+                Profile::names()
+            ),
+        })?);
     }
     spec.boot_seconds = o.f64("boot_seconds")?;
     spec.account = o.str("account")?.map(str::to_string);
@@ -363,95 +324,6 @@ pub fn vm_spec(v: &Value, path: &str, allow_count: bool) -> R<(VmSpec, usize)> {
         return err(o.at("id"), "a fixed id cannot be combined with count > 1");
     }
     Ok((spec, count))
-}
-
-/// `zones` of a catalogue entry: zone names or ids, each checked.
-fn zone_list(w: &World, o: &Obj<'_>) -> R<Vec<String>> {
-    let mut out = Vec::new();
-    for (j, z) in o.arr("zones")?.iter().enumerate() {
-        let zp = format!("{}[{j}]", o.at("zones"));
-        match z {
-            Value::String(s) if w.zone_index(s).is_some() => out.push(s.clone()),
-            Value::String(s) => return err(zp, format!("unknown zone {s:?}")),
-            other => {
-                return err(
-                    zp,
-                    format!("expected a zone name or id, got {}", kind(other)),
-                )
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn positive_u32(o: &Obj<'_>, k: &str, default: u32) -> R<u32> {
-    match o.u64(k)? {
-        None => Ok(default),
-        Some(0) => err(o.at(k), "must be at least 1"),
-        Some(n) => u32::try_from(n).or_else(|_| err(o.at(k), "too large")),
-    }
-}
-
-/// `service_offerings`, `templates` and `disk_offerings`.
-fn catalogue(top: &Obj<'_>, w: &mut World) -> R<()> {
-    let elem_err = |path: String| {
-        move |e: super::world::WorldError| FieldError {
-            path: path.clone(),
-            message: e.to_string(),
-        }
-    };
-    for (i, so) in top.arr("service_offerings")?.iter().enumerate() {
-        let p = format!("$.service_offerings[{i}]");
-        let o = Obj::new(so, &p)?;
-        o.only(&[
-            "name",
-            "id",
-            "cpu_number",
-            "cpu_speed_mhz",
-            "memory_mb",
-            "zones",
-        ])?;
-        let zones = zone_list(w, &o)?;
-        let cpu = positive_u32(&o, "cpu_number", 1)?;
-        let speed = positive_u32(&o, "cpu_speed_mhz", 1000)?;
-        let memory = positive_u32(&o, "memory_mb", 1024)?;
-        let id = o.uuid("id")?;
-        w.add_service_offering(o.req_str("name")?, id, cpu, speed, memory, &zones)
-            .map_err(elem_err(p.clone()))?;
-    }
-    for (i, t) in top.arr("templates")?.iter().enumerate() {
-        let p = format!("$.templates[{i}]");
-        let o = Obj::new(t, &p)?;
-        o.only(&["name", "id", "zones"])?;
-        let zones = zone_list(w, &o)?;
-        let id = o.uuid("id")?;
-        w.add_template(o.req_str("name")?, id, &zones)
-            .map_err(elem_err(p.clone()))?;
-    }
-    for (i, d) in top.arr("disk_offerings")?.iter().enumerate() {
-        let p = format!("$.disk_offerings[{i}]");
-        let o = Obj::new(d, &p)?;
-        o.only(&["name", "id", "disk_size_gb", "customized", "zones"])?;
-        let zones = zone_list(w, &o)?;
-        let customized = o.bool("customized")?.unwrap_or(false);
-        let size = o.u64("disk_size_gb")?;
-        if !customized && size.is_none_or(|s| s == 0) {
-            return err(
-                o.at("disk_size_gb"),
-                "a disk offering needs disk_size_gb >= 1 or \"customized\": true",
-            );
-        }
-        let id = o.uuid("id")?;
-        w.add_disk_offering(
-            o.req_str("name")?,
-            id,
-            size.unwrap_or(0),
-            customized,
-            &zones,
-        )
-        .map_err(elem_err(p.clone()))?;
-    }
-    Ok(())
 }
 
 /// Builds a world from scenario JSON. `origin` names the file in errors; `start_ms` is the
@@ -506,11 +378,12 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
         "disk_offerings",
         "vms",
         "faults",
+        "host_events",
     ])?;
-    let settings = match top.value("settings") {
-        Some(s) => settings(s, "$.settings")?,
-        None => Settings::default(),
-    };
+    let mut settings = Settings::default();
+    if let Some(s) = top.value("settings") {
+        apply_settings(s, "$.settings", &mut settings)?;
+    }
     let mut w = World::empty(settings, start_ms);
     let elem_err = |path: String| {
         move |e: super::world::WorldError| FieldError {
@@ -627,7 +500,16 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
     for (i, h) in top.arr("hosts")?.iter().enumerate() {
         let p = format!("$.hosts[{i}]");
         let o = Obj::new(h, &p)?;
-        o.only(&["name", "id", "zone", "control_state"])?;
+        o.only(&[
+            "name",
+            "id",
+            "zone",
+            "control_state",
+            "hypervisor",
+            "status",
+            "resource_state",
+            "stats_call_fails",
+        ])?;
         let zone = zone_ref(&w, &o)?;
         let control = match o.str("control_state")? {
             None => HostControl::Enabled,
@@ -638,8 +520,15 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
                 ),
             })?,
         };
+        let change = host_change(
+            &o,
+            &["hypervisor", "status", "resource_state", "stats_call_fails"],
+        )?;
         let id = o.uuid("id")?;
-        w.add_host(o.req_str("name")?, id, zone.as_deref(), control)
+        let idx = w
+            .add_host(o.req_str("name")?, id, zone.as_deref(), control)
+            .map_err(elem_err(p.clone()))?;
+        w.change_host_now(idx, &change)
             .map_err(elem_err(p.clone()))?;
     }
 
@@ -751,6 +640,7 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
         w.schedule_fault(start_ms + secs_to_ms(at), idx, fault)
             .map_err(elem_err(p.clone()))?;
     }
+    stats::host_events(&top, &mut w, start_ms)?;
     Ok(w)
 }
 
