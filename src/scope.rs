@@ -12,7 +12,7 @@ use jiff::{SignedDuration, Timestamp};
 use crate::cloudstack::client::{CloudStackClient, VmListQuery};
 use crate::cloudstack::error::CloudStackError;
 use crate::cloudstack::model::{CsTime, UsageHistoryVm, VirtualMachine};
-use crate::verdict::traffic::{cadence_in_force, rose_recently};
+use crate::verdict::traffic::{cadence_in_force, counter_cadence, rose_recently};
 use crate::verdict::{Graces, PollOutcome, StatsServer, VmHistory};
 
 /// How often an endpoint's `listCapabilities` (version, stats retention) is read again.
@@ -47,6 +47,9 @@ pub struct ScopeObserver {
     pub server: Option<StatsServer>,
     /// When `listCapabilities` was last asked.
     pub server_checked: Option<Timestamp>,
+    /// A young VM's counter fell: this endpoint does not sum rows whatever its version says
+    /// (it ignored `accumulate`). Sticky: a later `listCapabilities` does not undo it.
+    pub sums_disproved: bool,
 }
 
 impl ScopeObserver {
@@ -99,9 +102,41 @@ impl ScopeObserver {
                         None => PollOutcome::Failed("the scope's listing was incomplete"),
                     };
                     h.record(outcome, now, graces);
+                }
+                self.disprove_sums(now);
+                let cadence = counter_cadence(self.histories.values().map(|h| &h.traffic));
+                for h in self.histories.values_mut() {
                     h.traffic.server = self.server;
+                    h.traffic.counter_cadence = cadence;
                 }
             }
+        }
+    }
+
+    /// Marks the endpoint as not summing rows once a VM younger than the retention shows its
+    /// counter falling (it cannot, if rows are summed).
+    fn disprove_sums(&mut self, now: Timestamp) {
+        let Some(server) = self.server.as_mut() else {
+            return;
+        };
+        let Some(retention) = server.retention else {
+            return;
+        };
+        if !self.sums_disproved
+            && self
+                .histories
+                .values()
+                .any(|h| h.counter_fell_while_young(retention, now))
+        {
+            self.sums_disproved = true;
+            tracing::warn!(
+                "a VM's accumulated traffic counter fell although none of its stats rows can \
+                 have expired: this CloudStack does not honour accumulate=true, so flat \
+                 counters are no evidence here"
+            );
+        }
+        if self.sums_disproved {
+            server.accumulates = false;
         }
     }
 
@@ -334,10 +369,12 @@ async fn refresh_capabilities(
     observer.server_checked = Some(now);
     match client.list_capabilities().await {
         Ok(c) => {
-            observer.server = Some(StatsServer::from_capabilities(
+            let mut server = StatsServer::from_capabilities(
                 c.cloudstackversion.as_deref(),
                 c.instancesstatsretentiontime,
-            ))
+            );
+            server.accumulates &= !observer.sums_disproved;
+            observer.server = Some(server);
         }
         Err(e) => out.capabilities_note = Some(format!("listCapabilities failed: {e}")),
     }
@@ -513,6 +550,44 @@ mod tests {
         assert_eq!(rows[0].1, 3);
         assert_eq!(o.histories["b"].traffic.rows, None);
         assert!(o.histories["b"].traffic.rows_fetched.is_some());
+    }
+
+    #[test]
+    fn a_young_vms_falling_counter_disproves_summing_for_the_endpoint() {
+        let g = Graces::default();
+        let mut o = ScopeObserver::tracking(["a", "b"].map(String::from));
+        o.server = Some(StatsServer::from_capabilities(Some("4.19.0.0"), Some(720)));
+        let listed = |tx: u64| {
+            let mut v = vm("a");
+            v.networkkbswrite = Some(tx);
+            v.created = Some(CsTime(at(-600)));
+            let mut w = vm("b");
+            w.networkkbswrite = Some(7);
+            w.created = Some(CsTime(at(-600)));
+            [v, w]
+        };
+        for (t, tx) in [(0, 30), (30, 45)] {
+            o.record(
+                ScopePoll::Listed {
+                    vms: &listed(tx),
+                    complete: true,
+                },
+                at(t),
+                &g,
+            );
+        }
+        assert!(o.histories["b"].traffic.server.unwrap().accumulates);
+        // a shows one interval's value, not a sum: it goes down.
+        o.record(
+            ScopePoll::Listed {
+                vms: &listed(12),
+                complete: true,
+            },
+            at(60),
+            &g,
+        );
+        assert!(o.sums_disproved);
+        assert!(!o.histories["b"].traffic.server.unwrap().accumulates);
     }
 
     #[test]

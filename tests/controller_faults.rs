@@ -434,10 +434,11 @@ async fn a_node_capi_has_not_linked_holds_the_verdict_at_unknown() {
             .await,
         );
     }
+    let status_now = report.read().await.clusters.clone();
     for s in &more.seen {
         assert!(
             is(&s[&name], "Unknown", "NodeNotLinked"),
-            "the verdict left NodeNotLinked: {s:#?}"
+            "the verdict left NodeNotLinked: {s:#?}\n/status now: {status_now:#?}"
         );
     }
     let writes: usize = more.summaries.iter().map(|s| s.condition_writes).sum();

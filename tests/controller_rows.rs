@@ -82,7 +82,7 @@ async fn a_host_going_offline_stays_unknown_past_its_grace() {
         uuid::Uuid::new_v4().to_string(),
     );
     let scenario = serde_json::json!({
-        "settings": {"stats_interval_seconds": 1, "boot_seconds": 1},
+        "settings": {"stats_interval_seconds": 1, "boot_seconds": 1, "guest_speedup": 60, "guest_boot_seconds": 1.5, "guest_join_seconds": 3},
         "zones": [{"name": "zone-a", "id": kube_support::ZONE_ID}],
         "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.0.0/16"}],
         "hosts": [{"name": "host-1", "zone": "zone-a"}, {"name": "host-2", "zone": "zone-a"}],

@@ -139,7 +139,7 @@ async fn measure_time_to_false_and_to_annotation() {
     )
     .await;
     let scaled = measure(
-        json!({"stats_interval_seconds": 1, "boot_seconds": 1}),
+        json!({"stats_interval_seconds": 1, "boot_seconds": 1, "guest_speedup": 60, "guest_boot_seconds": 1.5, "guest_join_seconds": 3}),
         1,
         1.0,
         &["--stopped-grace", "5s"],

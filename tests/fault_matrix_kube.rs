@@ -532,7 +532,7 @@ fn annotate_mode(f: &Fixture) -> bool {
 
 async fn fixture(client: Client, secret: &str, vms: &[(&str, &str, &str)]) -> Fixture {
     let sim = simulator_with_keys(
-        json!({"stats_interval_seconds": 1, "boot_seconds": 1}),
+        json!({"stats_interval_seconds": 1, "boot_seconds": 1, "guest_speedup": 60, "guest_boot_seconds": 1.5, "guest_join_seconds": 3}),
         vms,
         1.0,
         SENTINEL_KEY,

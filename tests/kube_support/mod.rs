@@ -78,12 +78,14 @@ pub async fn merge_patch(client: &Client, ns: &str, r: &ApiResource, name: &str,
         .unwrap_or_else(|e| panic!("patch {} {name}: {e}", r.kind));
 }
 
-/// A simulator with 1 s stats and boot, holding named VMs `(name, guest, state)`.
+/// A simulator with 1 s stats and boot, holding named VMs `(name, guest, state)`. Time is
+/// compressed 60 times (a stats interval of 1 s stands for a minute), so guests send a real
+/// minute's bytes in a second.
 pub async fn simulator(
     vms: &[(&str, &str, &str)],
 ) -> (Simulator, SimServer, BTreeMap<String, String>) {
     simulator_with(
-        json!({"stats_interval_seconds": 1, "boot_seconds": 1}),
+        json!({"stats_interval_seconds": 1, "boot_seconds": 1, "guest_speedup": 60, "guest_boot_seconds": 1.5, "guest_join_seconds": 3}),
         vms,
         1.0,
     )

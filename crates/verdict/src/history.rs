@@ -93,8 +93,9 @@ impl Sighting {
 /// endpoint): whether a flat accumulated counter can mean anything at all.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct StatsServer {
-    /// The server honours `accumulate=true` (4.17.0+): the listing's counter is the sum over
-    /// every retained `vm_stats` row, so it only falls when rows expire.
+    /// The server honours `accumulate=true` (4.17.0+, and no counter of a VM younger than
+    /// the retention was seen falling): the listing's counter is the sum over every retained
+    /// `vm_stats` row, so it only falls when rows expire.
     pub accumulates: bool,
     /// `vm.stats.max.retention.time` (`instancesstatsretentiontime`): rows older than this
     /// leave the sum, so a VM older than this can show a flat sum while it sends.
@@ -110,6 +111,23 @@ impl StatsServer {
                 .filter(|m| *m > 0)
                 .map(jiff::SignedDuration::from_mins),
         }
+    }
+}
+
+impl VmHistory {
+    /// Whether this VM's counter just fell although no row of it can have expired yet: proof
+    /// that the server's counter is not a sum of rows.
+    pub fn counter_fell_while_young(
+        &self,
+        retention: jiff::SignedDuration,
+        now: Timestamp,
+    ) -> bool {
+        self.traffic.counter_fell
+            && self
+                .sighting
+                .as_ref()
+                .and_then(|s| s.created)
+                .is_some_and(|c| now.duration_since(c.0) < retention)
     }
 }
 
@@ -132,8 +150,12 @@ fn version_at_least(version: &str, (major, minor): (u64, u64)) -> bool {
 pub struct Traffic {
     /// Counter value at the last poll; `None` when stats were not reported.
     pub last_value: Option<u64>,
-    /// Since when (shim time) the counter has not risen, or when observation (re)started.
+    /// Since when (shim time) the counter has not risen, or when observation (re)started
+    /// after a gap: how long a flat counter has been watched without interruption.
     pub flat_since: Option<Timestamp>,
+    /// Since when (shim time) the counter has shown its current value, gaps in observation
+    /// included (a rise across a gap is still seen as a rise).
+    pub unchanged_since: Option<Timestamp>,
     /// When (shim time) the counter was last seen rising.
     pub last_rise: Option<Timestamp>,
     /// Polls at which the counter was seen rising (kept across gaps: it shows the guest has
@@ -153,7 +175,20 @@ pub struct Traffic {
     pub poll_spacing: Option<jiff::SignedDuration>,
     /// The endpoint's statistics semantics, where known.
     pub server: Option<StatsServer>,
+    /// Shim time between the counter's last few rises, seen without a gap in observation
+    /// (newest last): how far apart rows with traffic arrive.
+    pub rise_gaps: Vec<jiff::SignedDuration>,
+    /// How long a busy guest's counter stays flat on this endpoint, as its scope's VMs show
+    /// it (see [`crate::traffic::counter_cadence`]); set by the scope observer.
+    pub counter_cadence: Option<jiff::SignedDuration>,
+    /// The counter went down between two consecutive polls at the last poll. A sum of rows
+    /// only falls when rows expire, so for a VM younger than the retention this shows the
+    /// server is not summing (it ignored `accumulate`).
+    pub counter_fell: bool,
 }
+
+/// Gaps between rises kept per VM.
+pub const RISE_GAPS_KEPT: usize = 4;
 
 /// Usage-history rows kept per VM: the newest ones, enough for 12 collections × 8
 /// management servers. A longer answer (a server that drops the time of `startdate`) is cut.
@@ -167,6 +202,14 @@ impl Traffic {
     }
 
     fn observe(&mut self, value: Option<u64>, now: Timestamp, after_gap: bool) {
+        self.counter_fell =
+            !after_gap && matches!((self.last_value, value), (Some(p), Some(v)) if v < p);
+        // Across gaps too: with usage-history rows the gap itself is visible in their times.
+        self.unchanged_since = match (self.last_value, value) {
+            (Some(p), Some(v)) if p == v => self.unchanged_since.or(Some(now)),
+            (_, Some(_)) => Some(now),
+            (_, None) => None,
+        };
         match (self.last_value, value) {
             (_, None) => self.restart(now, None),
             (None, Some(v)) => self.restart(now, Some(v)),
@@ -174,6 +217,11 @@ impl Traffic {
             // across a gap (a poll cycle slower than the stale-poll age must not make every
             // guest look idle).
             (Some(prev), Some(v)) if v > prev => {
+                if let (Some(last), false) = (self.last_rise, after_gap) {
+                    self.rise_gaps.push(now.duration_since(last));
+                    let cut = self.rise_gaps.len().saturating_sub(RISE_GAPS_KEPT);
+                    self.rise_gaps.drain(..cut);
+                }
                 self.last_value = Some(v);
                 self.last_rise = Some(now);
                 self.rises = self.rises.saturating_add(1);
@@ -188,9 +236,10 @@ impl Traffic {
     }
 
     fn clear(&mut self) {
-        let server = self.server;
+        let (server, counter_cadence) = (self.server, self.counter_cadence);
         *self = Traffic {
             server,
+            counter_cadence,
             ..Traffic::default()
         };
     }

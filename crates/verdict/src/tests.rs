@@ -68,6 +68,7 @@ struct Run {
     g: Graces,
     m: MachineFacts,
     server: Option<StatsServer>,
+    counter_cadence: Option<SignedDuration>,
 }
 
 /// CloudStack 4.18+ at its defaults: the counter is a sum, rows are kept 720 minutes.
@@ -82,12 +83,15 @@ impl Run {
             g: Graces::default(),
             m: MachineFacts::default(),
             server: Some(server_418()),
+            counter_cadence: Some(SignedDuration::from_secs(60)),
         }
     }
 
     fn seen(&mut self, secs: i64, v: &VirtualMachine) -> Verdict {
         self.h.record(PollOutcome::Seen(v), at(secs), &self.g);
         self.h.traffic.server = self.server;
+        // As the scope's other, busy VMs show it: rows every 60 s.
+        self.h.traffic.counter_cadence = self.counter_cadence;
         self.verdict(secs)
     }
 
@@ -542,6 +546,17 @@ fn zero_rows_prove_nothing_where_the_counter_cannot_confirm_them() {
 }
 
 #[test]
+fn a_counter_below_its_rows_is_no_sum_and_proves_nothing() {
+    // A server that ignores accumulate shows the latest row (0) while the rows of the window
+    // held the boot traffic: the flat 0 is not a flat sum.
+    let mut r = Run::new();
+    let history = |t: i64| Some(rows(-300, t - t % 60, |ts| if ts <= 0 { 40 } else { 0 }));
+    let v = r.poll_with_history(0, 1800, |_| 0, history);
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    assert!(v.message.contains("does not sum"), "{}", v.message);
+}
+
+#[test]
 fn rows_that_stopped_arriving_are_stale_not_silent() {
     let mut r = Run::new();
     // The host's collection stopped at 0 (a Connecting host, a failing stats call).
@@ -593,6 +608,45 @@ fn a_vm_the_usage_history_does_not_show_is_judged_from_its_counter_alone() {
     assert_verdict(&v, Status::True, reason::VM_RUNNING);
     let v = r.poll_with_history(240, 240, |_| 512, |_| None);
     assert_verdict(&v, Status::False, reason::GUEST_NETWORK_SILENT);
+}
+
+#[test]
+fn the_counter_alone_waits_for_the_interval_its_scope_shows() {
+    // A project VM (no usage history) whose counter is flat: while no VM of the scope has
+    // shown how often rows arrive, nothing is judged; with rows every 5 minutes the window is
+    // (3 + 1) × 5 min, not (3 + 1) × --stats-interval.
+    let mut r = Run::new();
+    r.counter_cadence = None;
+    let v = r.poll_with_history(0, 1800, |_| 512, |_| None);
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    assert!(v.message.contains("not known yet"), "{}", v.message);
+    let mut r = Run::new();
+    r.counter_cadence = Some(SignedDuration::from_mins(5));
+    let v = r.poll_with_history(0, 1170, |_| 512, |_| None);
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    let v = r.poll_with_history(1200, 1200, |_| 512, |_| None);
+    assert_verdict(&v, Status::False, reason::GUEST_NETWORK_SILENT);
+}
+
+#[test]
+fn the_counter_cadence_is_the_longest_gap_between_rises_of_busy_guests() {
+    // Polls every 30 s, rows every 300 s: busy guests rise every 300 s (270 or 330 with the
+    // phase), a guest that rose only once tells nothing.
+    let mut busy = VmHistory::new("busy");
+    let mut once = VmHistory::new("once");
+    let g = Graces::default();
+    for (i, t) in (0..=1500).step_by(30).enumerate() {
+        let tx = 100 + (t / 300) as u64 * 7;
+        busy.record(PollOutcome::Seen(&running(tx)), at(t), &g);
+        once.record(
+            PollOutcome::Seen(&running(if i > 20 { 9 } else { 8 })),
+            at(t),
+            &g,
+        );
+    }
+    let cadence = super::traffic::counter_cadence([&busy.traffic, &once.traffic]);
+    assert_eq!(cadence, Some(SignedDuration::from_secs(300)));
+    assert_eq!(super::traffic::counter_cadence([&once.traffic]), None);
 }
 
 #[test]
@@ -878,6 +932,10 @@ impl Host {
         for (h, tx) in self.vms.iter_mut().zip(counters) {
             h.record(PollOutcome::Seen(&running(*tx)), at(secs), &self.g);
             h.traffic.server = Some(server_418());
+        }
+        let cadence = super::traffic::counter_cadence(self.vms.iter().map(|h| &h.traffic));
+        for h in &mut self.vms {
+            h.traffic.counter_cadence = cadence;
         }
         super::mark_paused_collections(self.vms.iter_mut(), &self.g, at(secs));
         self.vms

@@ -40,9 +40,12 @@ fn inconclusive(why: impl Into<String>) -> TrafficEvidence {
     }
 }
 
-/// Rows of this many seconds apart or less count as one instant (timestamps have whole
-/// seconds; management servers read a host one after the other).
+/// Timestamps have whole seconds: rows this close together can be one collection read by
+/// two management servers, so a gap tolerance never goes below it.
 const SAME_INSTANT_SECS: i64 = 1;
+/// Allowance on row ages for whole-second timestamps and a little clock skew between
+/// CloudStack and the shim (a server clock far behind makes rows look stale: no verdict).
+const TIMESTAMP_SLACK: SignedDuration = SignedDuration::from_secs(5);
 /// Rows considered when inferring the cadence (the newest ones).
 const CADENCE_ROWS: usize = 64;
 
@@ -54,7 +57,7 @@ const CADENCE_ROWS: usize = 64;
 pub fn infer_cadence(times: impl IntoIterator<Item = CsTime>) -> Option<SignedDuration> {
     let mut secs: Vec<i64> = times.into_iter().map(|t| t.0.as_second()).collect();
     secs.sort_unstable();
-    secs.dedup_by(|b, a| *b - *a <= SAME_INSTANT_SECS);
+    secs.dedup();
     let cut = secs.len().saturating_sub(CADENCE_ROWS);
     let secs = &secs[cut..];
     if secs.len() < 3 {
@@ -65,7 +68,6 @@ pub fn infer_cadence(times: impl IntoIterator<Item = CsTime>) -> Option<SignedDu
         .iter()
         .enumerate()
         .flat_map(|(i, a)| secs[i + 1..].iter().map(move |b| b - a))
-        .filter(|d| *d > SAME_INSTANT_SECS)
         .collect();
     candidates.sort_unstable();
     candidates.dedup();
@@ -80,7 +82,7 @@ pub fn infer_cadence(times: impl IntoIterator<Item = CsTime>) -> Option<SignedDu
             .iter()
             .filter_map(|t| {
                 let want = t + d;
-                let i = secs.partition_point(|s| *s < want - tolerance);
+                let i = secs.partition_point(|s| *s < (want - tolerance).max(t + 1));
                 secs.get(i)
                     .filter(|s| **s <= want + tolerance)
                     .map(|s| s - t)
@@ -104,6 +106,28 @@ pub fn cadence_in_force(t: &Traffic, g: &Graces) -> SignedDuration {
 /// The cadence the VM's usage-history rows show, if they show one.
 pub fn inferred_cadence(t: &Traffic) -> Option<SignedDuration> {
     infer_cadence(t.rows.as_deref()?.iter().map(|r| r.0))
+}
+
+/// How far apart rows with traffic reach a busy guest's accumulated counter on this endpoint:
+/// the median, over VMs whose counter rose at least three times in a row of polls, of the
+/// median of their recent gaps between rises (medians, so that one collection gap or one
+/// quiet spell does not stretch it). Rows arrive once per interval per management server, so
+/// this is the interval in force (or its share between servers), whatever `vm.stats.interval`
+/// the operator set; the counter-alone window is scaled with it. `None` until a VM shows it.
+pub fn counter_cadence<'a>(
+    traffic: impl IntoIterator<Item = &'a Traffic>,
+) -> Option<SignedDuration> {
+    let median = |mut v: Vec<SignedDuration>| {
+        v.sort();
+        v.get(v.len() / 2).copied()
+    };
+    median(
+        traffic
+            .into_iter()
+            .filter(|t| t.rise_gaps.len() >= 2)
+            .filter_map(|t| median(t.rise_gaps.clone()))
+            .collect(),
+    )
 }
 
 /// The oldest row of the newest unbroken run of rows with 0 KiB guest→host, or `None` when the
@@ -193,7 +217,14 @@ pub fn assess_traffic(t: &Traffic, seen: &Sighting, g: &Graces, now: Timestamp) 
         return inconclusive("no traffic stats reported");
     };
     match t.rows.as_deref() {
-        Some(rows) => assess_rows(t, rows, seen, (value, flat_since), g, now),
+        Some(rows) => assess_rows(
+            t,
+            rows,
+            seen,
+            (value, t.unchanged_since.unwrap_or(flat_since)),
+            g,
+            now,
+        ),
         None => assess_counter_alone(t, seen, (value, flat_since), g, now),
     }
 }
@@ -212,7 +243,7 @@ fn assess_rows(
         );
     };
     let cadence = cadence_in_force(t, g);
-    if now.duration_since(newest.0) > cadence * 2 + g.poll_interval {
+    if now.duration_since(newest.0) > cadence * 2 + g.poll_interval + TIMESTAMP_SLACK {
         return inconclusive(format!(
             "stats are stale (newest sample taken at {})",
             at(newest.0)
@@ -232,6 +263,14 @@ fn assess_rows(
             ),
             silent_at: Some(newest.0 + (window - covered)),
         };
+    }
+    let rows_total: u64 = rows.iter().map(|r| r.1).sum();
+    if rows_total > value {
+        // Rows only add to an accumulated counter: this one shows the latest row only.
+        return inconclusive(
+            "its listing counter is below the sum of its usage-history samples, so this \
+             server does not sum stats rows (accumulate ignored)",
+        );
     }
     if let Some(why) = counter_untrusted(t, seen, now) {
         return inconclusive(format!(
@@ -272,7 +311,19 @@ fn assess_counter_alone(
             at(flat_since)
         ));
     }
-    let window = g.silent_window_without_samples();
+    let Some(cadence) = t.counter_cadence else {
+        return inconclusive(format!(
+            "guest→host traffic flat at {value} KiB since {}, but how often rows arrive is not \
+             known yet (no VM of its scope has shown steady traffic)",
+            at(flat_since)
+        ));
+    };
+    // (silent samples + 1) intervals, at the spacing rows really arrive at, never shorter
+    // than `--stats-interval` says.
+    let window = cadence.max(g.stats_interval)
+        * (i32::try_from(g.silent_samples)
+            .unwrap_or(i32::MAX)
+            .saturating_add(1));
     if let Some(paused) = t.collection_paused_since {
         // Only the flat time before the host's stats collection paused is evidence.
         if paused.duration_since(flat_since) < window {
@@ -294,10 +345,9 @@ fn assess_counter_alone(
         };
     }
     TrafficEvidence::Silent(format!(
-        "guest→host traffic flat at {value} KiB since {} (≥ {} stats intervals; its usage \
-         history is not visible to this key)",
-        at(flat_since),
-        g.silent_samples
+        "guest→host traffic flat at {value} KiB since {} (its usage history is not visible \
+         to this key)",
+        at(flat_since)
     ))
 }
 
@@ -327,6 +377,12 @@ mod tests {
     fn a_five_minute_interval_with_one_gap_is_five_minutes() {
         let rows: Vec<CsTime> = [0, 300, 600, 1500, 1800, 2100].map(ts).to_vec();
         assert_eq!(infer_cadence(rows), Some(SignedDuration::from_secs(300)));
+    }
+
+    #[test]
+    fn a_one_second_interval_is_one_second() {
+        let rows: Vec<CsTime> = (0..10).map(ts).collect();
+        assert_eq!(infer_cadence(rows), Some(SignedDuration::from_secs(1)));
     }
 
     #[test]
