@@ -1,7 +1,11 @@
 //! A simulated CloudStack fleet for the scale benchmarks: an in-process `cloudstack-sim`
-//! served on loopback with a frozen clock, VMs spread over projects (one project = one
-//! scope of the shim), and the shim's own `check` machinery (`scope::poll`, the verdict
-//! engine, the mass-failure guard, condition transitions) polling each scope.
+//! served on loopback with a frozen clock, VMs spread over scopes (a project or an account:
+//! one scope of the shim each), and the shim's own `check` machinery (`scope::poll`, the
+//! verdict engine, the mass-failure guard, condition transitions) polling each scope.
+//!
+//! Scope kinds matter for traffic: `listVirtualMachinesUsageHistory` has no `projectid`, so
+//! VMs of a project are not in it and the shim judges them from the listing's counter alone;
+//! VMs of an account scope are, and the shim reads their per-row samples.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -11,7 +15,10 @@ use capc_health_shim::cloudstack::client::{
     ClientConfig, CloudStackClient, Credentials, VmListQuery,
 };
 use capc_health_shim::verdict::{Graces, MassFailureGuard};
-use cloudstack_sim::{self as sim, HostControl, SimServer, Simulator, VmSpec, VmState, World};
+use cloudstack_sim::{
+    self as sim, AccountType, GuestKind, HostChange, HostControl, Hypervisor, NetworkType, Profile,
+    Settings, SimServer, Simulator, VmSpec, VmState, World,
+};
 use jiff::Timestamp;
 
 pub const API_KEY: &str = "bench-api-key";
@@ -28,14 +35,96 @@ pub struct VmPlan {
     pub host: usize,
     pub state: VmState,
     pub boot_seconds: f64,
+    pub guest: GuestKind,
+    /// A traffic profile for the whole run instead of the guest kind's timeline.
+    pub profile: Option<Profile>,
+    /// On the L2 network (CloudStack assigns no address there) instead of the shared one.
+    pub l2: bool,
 }
 
-/// What to build: `scopes` projects, `hosts` hosts, and the VMs.
+impl VmPlan {
+    /// A healthy guest that boots for `boot_seconds` on the shared network.
+    pub fn new(scope: usize, host: usize, state: VmState, boot_seconds: f64) -> Self {
+        Self {
+            scope,
+            host,
+            state,
+            boot_seconds,
+            guest: GuestKind::Healthy,
+            profile: None,
+            l2: false,
+        }
+    }
+}
+
+/// What a scope of the shim is in CloudStack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScopeKind {
+    /// A project: its VMs are invisible to usage history (counter-alone path).
+    Project,
+    /// An account (listed with `account` + `domainid`): usage history shows its VMs.
+    Account,
+}
+
+impl ScopeKind {
+    /// `n` scopes, projects and accounts in turn (even: project, odd: account), so both
+    /// traffic paths (counter alone, usage-history rows) are exercised.
+    pub fn alternating(n: usize) -> Vec<ScopeKind> {
+        (0..n)
+            .map(|s| {
+                if s % 2 == 1 {
+                    Self::Account
+                } else {
+                    Self::Project
+                }
+            })
+            .collect()
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Project => "project",
+            Self::Account => "account",
+        }
+    }
+}
+
+/// What to build: `scopes` scopes (projects unless `scope_kinds` says otherwise), `hosts`
+/// hosts of `hypervisor`, the VMs, CloudStack's settings and the simulated start time.
 #[derive(Debug, Clone)]
 pub struct FleetPlan {
     pub scopes: usize,
     pub hosts: usize,
     pub vms: Vec<VmPlan>,
+    /// Kind of each scope; missing entries are projects.
+    pub scope_kinds: Vec<ScopeKind>,
+    pub hypervisor: Hypervisor,
+    pub settings: Settings,
+    /// Simulated start (ms since the epoch); the wall clock when `None`.
+    pub start_ms: Option<i64>,
+}
+
+impl Default for FleetPlan {
+    fn default() -> Self {
+        Self {
+            scopes: 1,
+            hosts: 1,
+            vms: Vec::new(),
+            scope_kinds: Vec::new(),
+            hypervisor: Hypervisor::Kvm,
+            settings: Settings::default(),
+            start_ms: None,
+        }
+    }
+}
+
+impl FleetPlan {
+    pub fn scope_kind(&self, scope: usize) -> ScopeKind {
+        self.scope_kinds
+            .get(scope)
+            .copied()
+            .unwrap_or(ScopeKind::Project)
+    }
 }
 
 impl FleetPlan {
@@ -45,22 +134,38 @@ impl FleetPlan {
             scopes,
             hosts,
             vms: (0..vms)
-                .map(|i| VmPlan {
-                    scope: i % scopes,
-                    host: i % hosts,
-                    state: VmState::Running,
-                    boot_seconds: 0.0,
-                })
+                .map(|i| VmPlan::new(i % scopes, i % hosts, VmState::Running, 0.0))
                 .collect(),
+            ..Self::default()
         }
     }
 }
 
-/// One scope: its project and the ids of its VMs (in creation order).
+/// One scope: its project or account and the ids of its VMs (in creation order).
 #[derive(Debug, Clone)]
 pub struct Scope {
+    pub kind: ScopeKind,
+    /// The project's id (projects) or the account's name (accounts).
     pub project_id: String,
+    pub domain_id: String,
     pub vm_ids: Vec<String>,
+}
+
+impl Scope {
+    /// The listing the shim makes for this scope.
+    pub fn query(&self) -> VmListQuery {
+        match self.kind {
+            ScopeKind::Project => VmListQuery {
+                project_id: Some(self.project_id.clone()),
+                ..Default::default()
+            },
+            ScopeKind::Account => VmListQuery {
+                account: Some(self.project_id.clone()),
+                domain_id: Some(self.domain_id.clone()),
+                ..Default::default()
+            },
+        }
+    }
 }
 
 pub struct Fleet {
@@ -82,16 +187,46 @@ fn host_name(i: usize) -> String {
 /// A VM's id, scope and host index.
 pub type PlacedVm = (String, usize, usize);
 
+fn account_name(i: usize) -> String {
+    format!("tenant-{i}")
+}
+
+const L2_NETWORK: &str = "bench-l2";
+
 fn build_world(plan: &FleetPlan) -> Result<(World, Vec<Scope>, Vec<PlacedVm>), String> {
-    let mut w = World::default_world(API_KEY, SECRET_KEY, sim::real_now_ms());
+    let start = plan.start_ms.unwrap_or_else(sim::real_now_ms);
+    let mut w = World::empty(plan.settings.clone(), start);
+    w.populate_default(API_KEY, SECRET_KEY);
     let e = |e: sim::WorldError| format!("{e:?}");
     let mut scopes = Vec::with_capacity(plan.scopes);
     for s in 0..plan.scopes {
-        let p = w
-            .add_project(&project_name(s), None, &["admin".to_string()])
-            .map_err(e)?;
+        let kind = plan.scope_kind(s);
+        let name = match kind {
+            ScopeKind::Project => {
+                let p = w
+                    .add_project(&project_name(s), None, &["admin".to_string()])
+                    .map_err(e)?;
+                w.projects[p].id.clone()
+            }
+            ScopeKind::Account => {
+                let name = account_name(s);
+                w.add_account(
+                    &name,
+                    None,
+                    AccountType::User,
+                    &format!("{name}-api-key"),
+                    &format!("{name}-secret-key"),
+                    None,
+                    None,
+                )
+                .map_err(e)?;
+                name
+            }
+        };
         scopes.push(Scope {
-            project_id: w.projects[p].id.clone(),
+            kind,
+            project_id: name,
+            domain_id: w.domain_id.clone(),
             vm_ids: Vec::new(),
         });
     }
@@ -100,14 +235,38 @@ fn build_world(plan: &FleetPlan) -> Result<(World, Vec<Scope>, Vec<PlacedVm>), S
         w.add_host(&host_name(h), None, None, HostControl::Enabled)
             .map_err(e)?;
     }
+    if plan.hypervisor != Hypervisor::Kvm {
+        for h in 0..w.hosts.len() {
+            w.change_host_now(
+                h,
+                &HostChange {
+                    hypervisor: Some(plan.hypervisor),
+                    ..HostChange::default()
+                },
+            )
+            .map_err(e)?;
+        }
+    }
+    if plan.vms.iter().any(|v| v.l2) {
+        w.add_network(L2_NETWORK, None, None, "10.9.0.0/16", None, NetworkType::L2)
+            .map_err(e)?;
+    }
     let host_names: Vec<String> = w.hosts.iter().map(|h| h.name.clone()).collect();
     let mut vms = Vec::with_capacity(plan.vms.len());
     for (i, v) in plan.vms.iter().enumerate() {
         let mut spec = VmSpec::new(format!("capi-vm-{i}"));
-        spec.project = Some(project_name(v.scope));
+        match plan.scope_kind(v.scope) {
+            ScopeKind::Project => spec.project = Some(project_name(v.scope)),
+            ScopeKind::Account => spec.account = Some(account_name(v.scope)),
+        }
         spec.host = Some(host_names[v.host].clone());
         spec.state = v.state;
         spec.boot_seconds = Some(v.boot_seconds);
+        spec.guest = v.guest;
+        spec.profile = v.profile;
+        if v.l2 {
+            spec.network = Some(L2_NETWORK.to_string());
+        }
         let idx = w.add_vm(&spec).map_err(e)?;
         let id = w.vms()[idx].id.clone();
         scopes[v.scope].vm_ids.push(id.clone());
@@ -156,10 +315,7 @@ impl Fleet {
         let s = &self.scopes[scope];
         Checker::new(
             self.client(),
-            VmListQuery {
-                project_id: Some(s.project_id.clone()),
-                ..Default::default()
-            },
+            s.query(),
             &s.vm_ids,
             graces.clone(),
             MassFailureGuard::default(),
@@ -181,6 +337,14 @@ impl Fleet {
     /// Total API calls the simulator has answered.
     pub fn calls_total(&self) -> u64 {
         self.sim.calls()["total"].as_u64().unwrap_or(0)
+    }
+
+    /// `vm_stats` rows the simulated server has read to answer API calls so far (listings
+    /// with stats sum every retained row of each listed VM; usage history reads its rows).
+    pub fn stats_rows_read(&self) -> u64 {
+        self.sim.calls()["stats_rows_read"]["total"]
+            .as_u64()
+            .unwrap_or(0)
     }
 
     /// API calls per command (all results).

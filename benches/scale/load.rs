@@ -157,3 +157,102 @@ pub async fn measure(vms: usize, scopes: usize) -> Result<LoadRow, String> {
         shim_commands: commands,
     })
 }
+
+/// Part 1b: what asking statistics only for Machines without a Node saves CloudStack.
+/// Share of the fleet without a Node.
+pub const NO_NODE_PERCENT: usize = 10;
+/// Simulated time the fleet has run before measuring, so rows are retained (CloudStack's
+/// default retention, 720 min, keeps all of them).
+pub const ROWS_HISTORY_SECS: i64 = 2 * 3600;
+pub const ROWS_SCOPES: usize = 10;
+const ROWS_WARMUP_CYCLES: usize = 4;
+const ROWS_MEASURED_CYCLES: u64 = 5;
+
+/// The cost of one way of asking, per poll cycle of every scope.
+#[derive(Debug, Clone, Default)]
+pub struct StatsCost {
+    /// `vm_stats` rows the server read (listing sums and usage-history samples).
+    pub rows_per_cycle: f64,
+    pub calls_per_cycle: f64,
+    pub commands: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct RowsRow {
+    pub vms: usize,
+    pub no_node: usize,
+    pub retention_minutes: u64,
+    /// Retained rows per VM when measuring.
+    pub rows_per_vm: usize,
+    /// (a) stats for every VM (`check`'s default).
+    pub all: StatsCost,
+    /// (b) stats only for the Machines without a Node (`Checker::want_stats_for`, as `run`).
+    pub no_node_only: StatsCost,
+}
+
+impl RowsRow {
+    pub fn ratio(&self) -> f64 {
+        ratio(self.all.rows_per_cycle, self.no_node_only.rows_per_cycle)
+    }
+}
+
+async fn stats_cost(fleet: &Fleet, checkers: &mut [capc_health_shim::check::Checker]) -> StatsCost {
+    for _ in 0..ROWS_WARMUP_CYCLES {
+        fleet.sim.advance(SHIM_INTERVAL_SECS as f64);
+        poll_all(checkers, fleet.now()).await;
+    }
+    let rows0 = fleet.stats_rows_read();
+    let before = fleet.calls_by_command();
+    for _ in 0..ROWS_MEASURED_CYCLES {
+        fleet.sim.advance(SHIM_INTERVAL_SECS as f64);
+        poll_all(checkers, fleet.now()).await;
+    }
+    let after = fleet.calls_by_command();
+    let n = ROWS_MEASURED_CYCLES as f64;
+    let mut calls = 0;
+    let mut commands = Vec::new();
+    for (command, c) in &after {
+        let d = c - before.get(command).copied().unwrap_or(0);
+        if d > 0 {
+            calls += d;
+            commands.push(format!("{command} {:.1}", d as f64 / n));
+        }
+    }
+    StatsCost {
+        rows_per_cycle: (fleet.stats_rows_read() - rows0) as f64 / n,
+        calls_per_cycle: calls as f64 / n,
+        commands: commands.join(", "),
+    }
+}
+
+pub async fn stats_rows(vms: usize) -> Result<RowsRow, String> {
+    let plan = FleetPlan::running(vms, ROWS_SCOPES, 20.min(vms));
+    let retention_minutes = plan.settings.stats_retention_seconds / 60;
+    let fleet = Fleet::start(&plan).await?;
+    fleet.sim.advance(ROWS_HISTORY_SECS as f64);
+    let rows_per_vm = fleet
+        .sim
+        .with_world(|w| w.vms().first().map_or(0, |v| v.stats_rows().len()));
+    let mut every = fleet.checkers();
+    let all = stats_cost(&fleet, &mut every).await;
+    drop(every);
+    // Every 10th VM of each scope has no Node yet.
+    let step = 100 / NO_NODE_PERCENT;
+    let mut no_node = 0;
+    let mut checkers = fleet.checkers();
+    for (c, scope) in checkers.iter_mut().zip(&fleet.scopes) {
+        let ids: Vec<String> = scope.vm_ids.iter().step_by(step).cloned().collect();
+        no_node += ids.len();
+        c.want_stats_for(ids);
+    }
+    let no_node_only = stats_cost(&fleet, &mut checkers).await;
+    fleet.stop().await;
+    Ok(RowsRow {
+        vms,
+        no_node,
+        retention_minutes,
+        rows_per_vm,
+        all,
+        no_node_only,
+    })
+}

@@ -10,6 +10,7 @@
 
 mod fleet;
 mod load;
+mod matrix;
 mod precision;
 mod report;
 mod verdict_time;
@@ -23,6 +24,8 @@ use report::Report;
 const LOAD_SIZES: [usize; 3] = [100, 1_000, 10_000];
 const LOAD_SCOPES: [usize; 2] = [1, 10];
 const SEED: u64 = 7;
+/// Fleet sizes of part 1b (stats rows read with and without `want_stats_for`).
+const STATS_ROWS_SIZES: [usize; 2] = [1_000, 10_000];
 
 fn main() {
     let started = Instant::now();
@@ -53,6 +56,26 @@ fn main() {
             }
         }
         report.add_load(&rows);
+
+        let mut stats_rows = Vec::new();
+        for vms in STATS_ROWS_SIZES {
+            let t = Instant::now();
+            match load::stats_rows(vms).await {
+                Ok(r) => {
+                    eprintln!(
+                        "stats rows: {vms} VMs: {:.0} rows/cycle for every VM, {:.0} for the {} \
+                         without a Node ({:.1} s)",
+                        r.all.rows_per_cycle,
+                        r.no_node_only.rows_per_cycle,
+                        r.no_node,
+                        t.elapsed().as_secs_f64()
+                    );
+                    stats_rows.push(r);
+                }
+                Err(e) => eprintln!("stats rows: {vms} VMs skipped: {e}"),
+            }
+        }
+        report.add_stats_rows(&stats_rows);
 
         let defaults = Graces::default();
         let mut kinds = Vec::new();
@@ -89,6 +112,16 @@ fn main() {
             Err(e) => eprintln!("precision skipped: {e}"),
         }
 
+        let t = Instant::now();
+        let cells = matrix::run(matrix::cells(), SEED).await;
+        let opt_in = matrix::run(matrix::opt_in_cells(), SEED).await;
+        eprintln!(
+            "precision matrix: {} + {} cells ({:.1} s)",
+            cells.len(),
+            opt_in.len(),
+            t.elapsed().as_secs_f64()
+        );
+
         // The same two measurements at graces short enough for the time goal: what the
         // defaults' longer graces buy, in false verdicts.
         let goal = verdict_time::goal_graces();
@@ -109,6 +142,7 @@ fn main() {
             }
             Err(e) => eprintln!("precision at goal graces skipped: {e}"),
         }
+        report.add_matrix(&cells, &opt_in);
     });
     report.add_micro_benchmarks("target/bench/cloudstack.json");
     report.set("bench_scale_wall_seconds", started.elapsed().as_secs_f64());

@@ -1,4 +1,5 @@
-//! Part 3: precision on a mixed fleet. 1 000 VMs in 10 scopes on 50 hosts, with
+//! Part 3: precision on a mixed fleet. 1 000 VMs in 10 scopes (5 projects, 5 accounts: both
+//! traffic paths) on 50 KVM hosts, every 10th VM on an L2 network (no address by design), with
 //! heavy-tailed but healthy boots (Pareto-distributed `Starting` times up to 12 min, and for
 //! 30 % of them a Pareto-distributed slow-boot phase of trickling but rising traffic up to
 //! 20 min), two stats gaps (the collector misses a connected host for 8 and 3 min), one host
@@ -6,8 +7,10 @@
 //! 1–4 min each, `Migrating` with no stats meanwhile), 40 more single live migrations, a 3 min
 //! API outage, and 120 real faults (20 each of nic-down, error, stop, vanish, detach-nic,
 //! no-address) at random times on VMs of the other hosts.
-//! Counts: healthy VMs ever published `False` (false `False`) and faulted VMs never
-//! published `False` (missed faults). Simulated time, seeded RNG.
+//! Counts: healthy VMs ever published `False` (false `False`, by reason: none may be
+//! `NICDetached`/`NICNoAddress`) and faulted VMs never published `False` (missed faults). The
+//! offline host is no fault: its VMs must stay `Unknown HostUnreachable`, never `False`.
+//! Simulated time, seeded RNG.
 //!
 //! Recycling is modelled, or faults would pile up in a way no cluster shows: a Machine whose
 //! VM is published `False` is recycled at once (the shim stops judging it, as the controller
@@ -23,7 +26,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::fleet::{poll_all, Fleet, FleetPlan, VmPlan, SHIM_INTERVAL_SECS};
+use crate::fleet::{poll_all, Fleet, FleetPlan, ScopeKind, VmPlan, SHIM_INTERVAL_SECS};
 use crate::verdict_time::{FAULT_KINDS as FAULT_KINDS_ALL, MHC_NODE_STARTUP_TIMEOUT_SECS};
 
 pub const VMS: usize = 1_000;
@@ -60,6 +63,10 @@ pub struct PrecisionResult {
     /// Healthy VMs that were published with each reason other than `VMHealthy` at some poll
     /// (shows that the benign incidents reached the shim).
     pub healthy_vms_by_other_reason: BTreeMap<String, usize>,
+    /// Healthy VMs published `False`, by reason.
+    pub false_false_by_reason: BTreeMap<String, usize>,
+    /// VMs on the L2 network (CloudStack assigns them no address).
+    pub l2_vms: usize,
     /// Seconds from injection to `False` of the detected faults, sorted.
     pub seconds_to_false: Vec<f64>,
     pub cycles: usize,
@@ -76,6 +83,11 @@ enum Event {
     Migrate(String, usize, f64),
 }
 
+/// Every 10th VM is on the L2 network.
+fn is_l2(i: usize) -> bool {
+    i % 10 == 7
+}
+
 /// A Pareto(`scale`, `shape`) sample capped at `cap`.
 pub fn pareto(rng: &mut StdRng, scale: f64, shape: f64, cap: f64) -> f64 {
     let u: f64 = 1.0 - rng.random::<f64>(); // (0, 1]
@@ -89,14 +101,15 @@ fn plan(boots: &[f64]) -> FleetPlan {
         vms: boots
             .iter()
             .enumerate()
-            .map(|(i, b)| VmPlan {
-                // A host's VMs are spread over every scope, as placement does not follow projects.
-                scope: i % SCOPES,
-                host: (i / SCOPES) % HOSTS,
-                state: VmState::Starting,
-                boot_seconds: *b,
+            // A host's VMs are spread over every scope, as placement does not follow projects.
+            .map(|(i, b)| {
+                let mut v = VmPlan::new(i % SCOPES, (i / SCOPES) % HOSTS, VmState::Starting, *b);
+                v.l2 = is_l2(i);
+                v
             })
             .collect(),
+        scope_kinds: ScopeKind::alternating(SCOPES),
+        ..FleetPlan::default()
     }
 }
 
@@ -136,6 +149,7 @@ pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, Stri
     let mut events: Vec<(i64, Event)> = Vec::new();
     let mut out = PrecisionResult {
         vms: VMS,
+        l2_vms: (0..VMS).filter(|i| is_l2(*i)).count(),
         max_boot_seconds: boots.iter().copied().fold(0.0, f64::max),
         ..Default::default()
     };
@@ -183,11 +197,13 @@ pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, Stri
             Event::Migrate(id.clone(), to, rng.random_range(60.0..240.0)),
         ));
     }
+    // No fault on L2 VMs: an address that CloudStack never assigns cannot go missing.
     let mut candidates: Vec<&String> = fleet
         .vms
         .iter()
-        .filter(|(_, _, host)| quiet_host(*host))
-        .map(|(id, _, _)| id)
+        .enumerate()
+        .filter(|(i, (_, _, host))| quiet_host(*host) && !is_l2(*i))
+        .map(|(_, (id, _, _))| id)
         .collect();
     candidates.shuffle(&mut rng);
     let mut faulted: BTreeMap<String, i64> = BTreeMap::new();
@@ -265,8 +281,10 @@ pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, Stri
                     detected.insert(r.vm_id.clone(), (poll_at - at) as f64 / 1000.0);
                     recycle.push(r.vm_id.clone());
                 }
-                (None, Status::False) => {
-                    false_false.insert(r.vm_id.clone());
+                (None, Status::False) if false_false.insert(r.vm_id.clone()) => {
+                    *out.false_false_by_reason
+                        .entry(r.reason.clone())
+                        .or_default() += 1;
                 }
                 (_, Status::Unknown) if r.reason == reason::REMEDIATION_HELD => {
                     let since = *held_since.entry(r.vm_id.clone()).or_insert(poll_at);
