@@ -1163,8 +1163,10 @@ async fn a_leader_cut_off_past_its_lease_does_not_write_after_its_successor_took
         "the old leader ran cycles:\n{}",
         tail(&after, 20)
     );
+    // Either the cycle's Lease check or the renewer's watch sees it first (a race of two
+    // timers once the connection returns); both stop every write and exit 5.
     assert!(
-        after.contains("no longer the leader"),
+        after.contains("no longer the leader") || after.contains("lost the leader Lease"),
         "{}",
         tail(&after, 20)
     );

@@ -278,7 +278,12 @@ fn assess_rows(
             at(start.0)
         ));
     }
-    if now.duration_since(flat_since) < window {
+    // The rows cover the whole window by their own times; the counter, first read a poll
+    // after the run's first row, must stay flat over all of it but its first interval. That
+    // still needs a kilobyte of untruncated rows to rise — a guest retrying an endpoint sends
+    // one in well under a minute — without adding the poll lag to every verdict.
+    let counter_window = (window - cadence).max(cadence);
+    if now.duration_since(flat_since) < counter_window {
         return TrafficEvidence::Inconclusive {
             why: format!(
                 "guest→host traffic 0 KiB in the stats samples since {}; its counter has been \
@@ -286,7 +291,7 @@ fn assess_rows(
                 at(start.0),
                 at(flat_since)
             ),
-            silent_at: Some(flat_since + window),
+            silent_at: Some(flat_since + counter_window),
         };
     }
     TrafficEvidence::Silent(format!(
