@@ -24,6 +24,11 @@ async fn seed_sim() -> (Simulator, SimServer) {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("cloudstack-fixtures/scenarios/seed.json");
     let world = sim::load_scenario_file(&path, sim::real_now_ms(), (KEY, SECRET))
         .expect("seed scenario loads");
+    serve_frozen(world).await
+}
+
+/// Serves `world` on loopback with its clock frozen (tests move it).
+async fn serve_frozen(world: sim::World) -> (Simulator, SimServer) {
     let simulator = Simulator::with_time_scale(world, 0.0);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -272,13 +277,7 @@ async fn reported_case(in_project: bool) {
     world
         .add_vm(&spec("nic-down", sim::GuestKind::NicDown))
         .expect("vm");
-    let simulator = Simulator::with_time_scale(world, 0.0);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let server = sim::serve(listener, simulator.clone())
-        .await
-        .expect("serve");
+    let (simulator, server) = serve_frozen(world).await;
     let mut cfg =
         ClientConfig::new(&server.api_url(), Credentials::new(KEY, SECRET).unwrap()).unwrap();
     cfg.rate_limit = None;

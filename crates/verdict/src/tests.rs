@@ -546,6 +546,37 @@ fn zero_rows_prove_nothing_where_the_counter_cannot_confirm_them() {
 }
 
 #[test]
+fn a_guest_trickling_a_kilobyte_every_few_minutes_is_never_silent_and_never_flaps() {
+    // Services failed after boot: NTP and ARP only, ~4 B/s. Every row truncates to 0 KiB,
+    // the summed counter gains a KiB every 4 minutes. Usage history shows it, or not (project).
+    for with_rows in [true, false] {
+        let mut r = Run::new();
+        let history = |t: i64| with_rows.then(|| rows(-300, t - t % 60, |_| 0));
+        let v = r.poll_with_history(0, 3600, |t| 140 + (t / 240) as u64, history);
+        for t in (0..=3600).step_by(30) {
+            assert_ne!(
+                r.verdict(t).status,
+                Status::False,
+                "rows {with_rows}, at {t}"
+            );
+        }
+        assert_eq!(v.status, Status::True, "{v:?}");
+    }
+}
+
+#[test]
+fn a_counter_first_read_after_the_rows_went_to_zero_needs_twice_the_window() {
+    // A restarted shim meets a VM whose rows have been 0 for ten minutes already.
+    let mut r = Run::new();
+    let history = |t: i64| Some(rows(-600, t - t % 60, |_| 0));
+    let v = r.poll_with_history(0, 330, |_| 77, history);
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    assert!(v.message.contains("watched only since"), "{}", v.message);
+    let v = r.poll_with_history(360, 360, |_| 77, history);
+    assert_verdict(&v, Status::False, reason::GUEST_NETWORK_SILENT);
+}
+
+#[test]
 fn a_counter_below_its_rows_is_no_sum_and_proves_nothing() {
     // A server that ignores accumulate shows the latest row (0) while the rows of the window
     // held the boot traffic: the flat 0 is not a flat sum.

@@ -175,8 +175,8 @@ fn counter_untrusted(t: &Traffic, seen: &Sighting, now: Timestamp) -> Option<Str
     };
     if !server.accumulates {
         return Some(
-            "this CloudStack (before 4.17) does not sum stats rows, so a flat counter proves \
-             nothing"
+            "this CloudStack does not sum stats rows (before 4.17, or it ignored \
+             accumulate=true), so a flat counter proves nothing"
                 .into(),
         );
     }
@@ -273,25 +273,41 @@ fn assess_rows(
         );
     }
     if let Some(why) = counter_untrusted(t, seen, now) {
+        // No start time here: a run longer than the rows asked moves with every answer, and a
+        // condition message must not change while the situation does not.
         return inconclusive(format!(
-            "guest→host traffic 0 KiB in the stats samples since {}, but {why}",
-            at(start.0)
+            "guest→host traffic 0 KiB in its recent stats samples, but {why}"
         ));
     }
-    // The rows cover the whole window by their own times; the counter, first read a poll
-    // after the run's first row, must stay flat over all of it but its first interval. That
-    // still needs a kilobyte of untruncated rows to rise — a guest retrying an endpoint sends
-    // one in well under a minute — without adding the poll lag to every verdict.
-    let counter_window = (window - cadence).max(cadence);
-    if now.duration_since(flat_since) < counter_window {
+    // The counter must not have risen since the rows went to zero: a rise means rows too
+    // small to show a whole KiB each (several management servers splitting an interval, or a
+    // guest trickling a few bytes a second) still added up to a kilobyte. A guest like that
+    // is never silent, however long its rows read 0 — judging it by a window would flap.
+    // The counter is read a poll after a row lands, hence the margin.
+    let margin = cadence + g.poll_interval + TIMESTAMP_SLACK;
+    let run_began = start.0 - cadence;
+    if t.last_rise.is_some_and(|r| r > run_began + margin) {
+        return inconclusive(
+            "guest→host traffic reads 0 KiB per stats sample, but its counter still rises: a \
+             trickle under 1 KiB per sample",
+        );
+    }
+    // A counter first read after the run began (a restarted shim, a Machine that just lost
+    // its Node) must be seen flat for twice the window before it stands for the rows.
+    let flat_needed = if flat_since <= run_began + margin {
+        SignedDuration::ZERO
+    } else {
+        window * 2
+    };
+    if now.duration_since(flat_since) < flat_needed {
         return TrafficEvidence::Inconclusive {
             why: format!(
                 "guest→host traffic 0 KiB in the stats samples since {}; its counter has been \
-                 flat only since {}",
+                 watched only since {}",
                 at(start.0),
                 at(flat_since)
             ),
-            silent_at: Some(flat_since + counter_window),
+            silent_at: Some(flat_since + flat_needed),
         };
     }
     TrafficEvidence::Silent(format!(
@@ -324,11 +340,15 @@ fn assess_counter_alone(
         ));
     };
     // (silent samples + 1) intervals, at the spacing rows really arrive at, never shorter
-    // than `--stats-interval` says.
-    let window = cadence.max(g.stats_interval)
+    // than `--stats-interval` says — and at least twice the longest pause this VM's counter
+    // has shown between rises: a guest trickling a kilobyte every few minutes is not silent
+    // in between.
+    let own_longest_pause = t.rise_gaps.iter().max().copied().unwrap_or_default();
+    let window = (cadence.max(g.stats_interval)
         * (i32::try_from(g.silent_samples)
             .unwrap_or(i32::MAX)
-            .saturating_add(1));
+            .saturating_add(1)))
+    .max(own_longest_pause * 2);
     if let Some(paused) = t.collection_paused_since {
         // Only the flat time before the host's stats collection paused is evidence.
         if paused.duration_since(flat_since) < window {
