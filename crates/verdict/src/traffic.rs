@@ -340,15 +340,20 @@ fn assess_counter_alone(
         ));
     };
     // (silent samples + 1) intervals, at the spacing rows really arrive at, never shorter
-    // than `--stats-interval` says — and at least twice the longest pause this VM's counter
-    // has shown between rises: a guest trickling a kilobyte every few minutes is not silent
-    // in between.
-    let own_longest_pause = t.rise_gaps.iter().max().copied().unwrap_or_default();
+    // than `--stats-interval` says — and at least twice the usual pause this VM's counter
+    // has shown between rises (the median, so one collection gap does not stretch it): a
+    // guest trickling a kilobyte every few minutes is not silent in between.
+    let mut own_gaps = t.rise_gaps.clone();
+    own_gaps.sort();
+    let own_usual_pause = own_gaps
+        .get(own_gaps.len() / 2)
+        .copied()
+        .unwrap_or_default();
     let window = (cadence.max(g.stats_interval)
         * (i32::try_from(g.silent_samples)
             .unwrap_or(i32::MAX)
             .saturating_add(1)))
-    .max(own_longest_pause * 2);
+    .max(own_usual_pause * 2);
     if let Some(paused) = t.collection_paused_since {
         // Only the flat time before the host's stats collection paused is evidence.
         if paused.duration_since(flat_since) < window {
