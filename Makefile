@@ -17,7 +17,11 @@ build:
 ## make demo: the whole stack locally (real kube-apiserver, real CAPI v1.9.6 + CAPC v0.6.1 controllers,
 ## cloudstack-sim, simulated workload clusters, the shim as a process) playing seed scenarios 1 and 3;
 ## prints the timeline and `capc-health-shim status`; exit 0 only if both clusters became ready.
+## `make demo CAPC_E2E_CAPI=1.13` plays it on CAPI v1.13.5 core (its own process) in condition mode.
+CAPC_E2E_CAPI ?= 1.9
+export CAPC_E2E_CAPI
 demo: build apiserver-runner
+	$(if $(filter 1.13,$(CAPC_E2E_CAPI)),$(MAKE) e2e-build)
 	$(E2E_GO) run ./cmd/demo
 
 ## make demo-sim: the quick look without Kubernetes: cloudstack-sim's seed scenario + `capc-health-shim check`.
@@ -30,20 +34,29 @@ test: test-rust test-conformance test-e2e
 
 ## The e2e harness is a Go module of its own (tests/e2e); Go fetches its modules from the proxy.
 E2E_GO := cd tests/e2e && GOFLAGS=-mod=mod GOWORK=off $(GO)
+E2E_GO_113 := cd tests/e2e && CAPC_E2E_CAPI=1.13 GOFLAGS=-mod=mod GOWORK=off $(GO)
 E2E_CI_SCENARIOS ?= TestManagement|TestScenario1WorkerNICDown|TestScenario3FirstControlPlaneNICDown|TestScenario7APIOutageAnd429
 
-## compile the e2e packages and test binaries once (cached by Go), so test time is test time
+## compile the e2e packages and test binaries once (cached by Go), so test time is test time;
+## and process B of the CAPI v1.13 stack, CAPI core in a Go module of its own (tests/e2e/capi-core)
 e2e-build:
 	$(E2E_GO) build ./...
 	$(E2E_GO) test -count=1 -exec /bin/true ./... >/dev/null
+	cd tests/e2e/capi-core && GOFLAGS=-mod=mod GOWORK=off $(GO) build -o $(CURDIR)/target/e2e/bin/capi-core-v1.13 .
+
+## the CAPI v1.13 stack (CAPI core in its own process, condition mode): scenario 1 in make test
+E2E_CI_SCENARIOS_113 ?= TestManagement|TestScenario1WorkerNICDown
 
 test-e2e: build apiserver-runner e2e-build
 	$(E2E_GO) test -count=1 -timeout 60m ./harness/ ./simapi/
 	$(E2E_GO) test -count=1 -timeout 60m -v -run '$(E2E_CI_SCENARIOS)' ./scenarios/
+	$(E2E_GO_113) test -count=1 -timeout 30m -v -run '$(E2E_CI_SCENARIOS_113)' ./scenarios/
 
-## make e2e: every seed scenario with its baseline; writes target/e2e/report.json and report.md
+## make e2e: every seed scenario with its baseline on both CAPI stacks (v1.9 annotate mode, then
+## v1.13 condition mode); writes target/e2e/report.json and report.md
 e2e: build apiserver-runner e2e-build
 	$(E2E_GO) test -count=1 -timeout 90m -v ./scenarios/
+	$(E2E_GO_113) test -count=1 -timeout 90m -v ./scenarios/
 
 ## The Rust tests of every workspace crate run with a real API server (CAPI 1.9 CRDs); the controller
 ## and deploy/ tests run again against the CAPI 1.13 CRDs (v1beta2 storage, unhealthyMachineConditions).
@@ -53,6 +66,7 @@ KUBE_TESTS := -- --include-ignored --skip measure_
 test-rust: apiserver-runner
 	hack/with-apiserver.sh capi-1.9 $(CARGO) test --workspace $(KUBE_TESTS)
 	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_rbac --test controller_rows --test controller_faults --test fault_matrix --test run_binary --test deploy_manifests $(KUBE_TESTS)
+	hack/with-apiserver.sh capi-1.13-v1beta2-only $(CARGO) test --test controller_v1beta2_only --test controller_kube --test controller_rbac --test run_binary $(KUBE_TESTS)
 
 test-conformance: build
 	$(PYTHON) -m pytest -q tests/conformance

@@ -2,7 +2,8 @@
 //! (hack/apiserver, started by `make test`) and `cloudstack-sim`: Machines, CloudStackMachines,
 //! a failure domain, its Secret and an MHC are created as CAPI/CAPC would; faults come from
 //! the simulator; the test asserts the condition, the annotation (or its absence), Events
-//! and `/status` — under both CRD profiles (CAPI 1.9: annotate mode; 1.13: condition mode).
+//! and `/status` — under every CRD profile (CAPI 1.9: annotate mode; 1.13, also with only
+//! v1beta2 served: condition mode).
 
 mod kube_support;
 
@@ -27,7 +28,7 @@ async fn verdicts_reach_machines_with_every_guard() {
         ],
     )
     .await;
-    let expected_mode = if kube_support::profile() == "capi-1.13" {
+    let expected_mode = if kube_support::capi_1_13() {
         Mode::Condition
     } else {
         Mode::Annotate

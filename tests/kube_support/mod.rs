@@ -478,10 +478,17 @@ pub fn is(state: &(Option<(String, String)>, bool), status: &str, reason: &str) 
         .is_some_and(|(s, r)| s == status && r == reason)
 }
 
+/// Whether the test API server has CAPI 1.13's CRDs: profile `capi-1.13`, or
+/// `capi-1.13-v1beta2-only` (the same CRDs serving only their storage version, v1beta2). The
+/// shim discovers condition mode on both.
+pub fn capi_1_13() -> bool {
+    profile().starts_with("capi-1.13")
+}
+
 /// Whether the fixture's API server made the shim pick annotate mode; asserts that this is
 /// what the CRD profile under test implies (CAPI 1.9: annotate, 1.13: condition).
 pub fn annotate_mode(f: &Fixture) -> bool {
     let annotate = f.choice.mode == capc_health_shim::k8s::capi::Mode::Annotate;
-    assert_eq!(annotate, profile() != "capi-1.13", "profile {}", profile());
+    assert_eq!(annotate, !capi_1_13(), "profile {}", profile());
     annotate
 }

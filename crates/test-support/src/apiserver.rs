@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 /// The environment variable holding the test API server's kubeconfig path.
 pub const KUBECONFIG_ENV: &str = "CAPC_HEALTH_TEST_KUBECONFIG";
-/// The CRD profile of the test API server (`capi-1.9`, `capi-1.13`).
+/// The CRD profile of the test API server (`capi-1.9`, `capi-1.13`, `capi-1.13-v1beta2-only`).
 pub const PROFILE_ENV: &str = "CAPC_HEALTH_TEST_PROFILE";
 
 /// The kubeconfig of the test API server; panics with what to run when there is none.
@@ -27,6 +27,17 @@ pub fn kubeconfig_path() -> PathBuf {
 /// The CRD profile the test API server was started with.
 pub fn profile() -> String {
     std::env::var(PROFILE_ENV).unwrap_or_else(|_| "capi-1.9".into())
+}
+
+/// The test API server's audit log, when its profile writes one (hack/apiserver/run/audit.go:
+/// `capi-1.13-v1beta2-only`): `APISERVER_AUDIT_LOG` of the runner's `env` file, which sits next
+/// to the kubeconfig.
+pub fn audit_log_path() -> Option<PathBuf> {
+    let env = std::fs::read_to_string(kubeconfig_path().with_file_name("env")).ok()?;
+    env.lines()
+        .find_map(|l| l.strip_prefix("APISERVER_AUDIT_LOG="))
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
 }
 
 /// An admin client of the test API server.

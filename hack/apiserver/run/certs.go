@@ -229,8 +229,9 @@ current-context: capc-health-shim-test
 	return writeAtomic(path, []byte(sb.String()))
 }
 
-// writeEnvFile writes <dir>/env, a shell-sourceable summary for scripts.
-func writeEnvFile(dir, apiURL, etcdURL, profile string, p *pki) error {
+// writeEnvFile writes <dir>/env, a shell-sourceable summary for scripts. APISERVER_AUDIT_LOG
+// is empty unless the profile writes an audit log.
+func writeEnvFile(dir, apiURL, etcdURL, profile, auditLog string, p *pki) error {
 	s := fmt.Sprintf(`APISERVER_URL=%s
 APISERVER_CA=%s
 APISERVER_TOKEN_FILE=%s
@@ -239,6 +240,7 @@ APISERVER_ADMIN_KEY=%s
 APISERVER_PROFILE=%s
 APISERVER_ETCD_URL=%s
 APISERVER_PID=%d
-`, apiURL, p.caCert, p.tokenFile, p.adminCert, p.adminKey, profile, etcdURL, os.Getpid())
+APISERVER_AUDIT_LOG=%s
+`, apiURL, p.caCert, p.tokenFile, p.adminCert, p.adminKey, profile, etcdURL, os.Getpid(), auditLog)
 	return writeAtomic(filepath.Join(dir, "env"), []byte(s))
 }

@@ -29,6 +29,9 @@ type crdSource struct {
 	// contract labels CAPI resolves external references with (util/conversion). Written out
 	// here so that a version bump that changes them fails loudly instead of silently.
 	contract map[string]string
+	// onlyStorageServed marks every version of its CRDs but the storage version
+	// `served: false` (see unserveNonStorage).
+	onlyStorageServed bool
 }
 
 const (
@@ -40,27 +43,48 @@ const (
 )
 
 var capc = crdSource{"CAPC " + capcVersion, capcModule, capcVersion, "config/crd", "config/default",
-	map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1_v1beta2_v1beta3"}}
+	map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1_v1beta2_v1beta3"}, false}
+
+// capi113 is CAPI v1.13's core, KCP and CABPK: v1beta2 is the storage version; MHC has
+// unhealthyMachineConditions.
+var capi113 = []crdSource{
+	{"CAPI " + capi13Version + " core", capiModule, capi13Version, "config/crd", "config/default", nil, false},
+	{"CAPI " + capi13Version + " KCP", capiModule, capi13Version, "controlplane/kubeadm/config/crd", "controlplane/kubeadm/config/default",
+		map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1", "cluster.x-k8s.io/v1beta2": "v1beta2"}, false},
+	{"CAPI " + capi13Version + " CABPK", capiModule, capi13Version, "bootstrap/kubeadm/config/crd", "bootstrap/kubeadm/config/default",
+		map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1", "cluster.x-k8s.io/v1beta2": "v1beta2"}, false},
+}
+
+// v1beta2OnlyProfile is CAPI v1.13 as it will ship once CAPI stops serving v1beta1 (planned
+// for around v1.16): the same CRDs, but only their storage version (v1beta2) is served, so
+// a client that asks for cluster.x-k8s.io/v1beta1 (or bootstrap/controlplane v1beta1, ipam
+// v1alpha1, …) gets a 404. It shows the shim needs no v1beta1 in condition mode. CAPC's CRDs
+// are unchanged (CAPC v0.6.1 still serves v1beta1–v1beta3; the shim reads v1beta3). The
+// runner also writes an audit log in this profile (audit.go), so tests can count requests.
+const v1beta2OnlyProfile = "capi-1.13-v1beta2-only"
 
 var profiles = map[string][]crdSource{
 	// CAPI v1.9.6 is what CAPC v0.6.1 is built against (its go.mod).
 	"capi-1.9": {
-		{"CAPI " + capi19Version + " core", capiModule, capi19Version, "config/crd", "config/default", nil},
+		{"CAPI " + capi19Version + " core", capiModule, capi19Version, "config/crd", "config/default", nil, false},
 		{"CAPI " + capi19Version + " KCP", capiModule, capi19Version, "controlplane/kubeadm/config/crd", "controlplane/kubeadm/config/default",
-			map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1"}},
+			map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1"}, false},
 		{"CAPI " + capi19Version + " CABPK", capiModule, capi19Version, "bootstrap/kubeadm/config/crd", "bootstrap/kubeadm/config/default",
-			map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1"}},
+			map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1"}, false},
 		capc,
 	},
-	// CAPI v1.13: v1beta2 is the storage version; MHC has unhealthyMachineConditions.
-	"capi-1.13": {
-		{"CAPI " + capi13Version + " core", capiModule, capi13Version, "config/crd", "config/default", nil},
-		{"CAPI " + capi13Version + " KCP", capiModule, capi13Version, "controlplane/kubeadm/config/crd", "controlplane/kubeadm/config/default",
-			map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1", "cluster.x-k8s.io/v1beta2": "v1beta2"}},
-		{"CAPI " + capi13Version + " CABPK", capiModule, capi13Version, "bootstrap/kubeadm/config/crd", "bootstrap/kubeadm/config/default",
-			map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1", "cluster.x-k8s.io/v1beta2": "v1beta2"}},
-		capc,
-	},
+	"capi-1.13":        append(append([]crdSource{}, capi113...), capc),
+	v1beta2OnlyProfile: append(onlyStorageServed(capi113), capc),
+}
+
+// onlyStorageServed returns copies of srcs whose CRDs serve only their storage version.
+func onlyStorageServed(srcs []crdSource) []crdSource {
+	out := append([]crdSource{}, srcs...)
+	for i := range out {
+		out[i].name += " (storage version only)"
+		out[i].onlyStorageServed = true
+	}
+	return out
 }
 
 func profileNames() []string {
@@ -141,6 +165,11 @@ func loadCRDSets(ctx context.Context, toolsDir string, srcs []crdSource) ([]load
 			for _, crd := range docs {
 				applyLabels(crd, labels)
 				checkConversion(crd)
+				if src.onlyStorageServed {
+					if err := unserveNonStorage(crd); err != nil {
+						return nil, fmt.Errorf("%s: %s: %w", src.name, path, err)
+					}
+				}
 				set.crds = append(set.crds, crd)
 			}
 		}
@@ -225,6 +254,35 @@ func applyLabels(crd map[string]any, labels map[string]string) {
 		l[k] = v
 	}
 	delete(meta, "creationTimestamp")
+}
+
+// unserveNonStorage sets `served: false` on every version of crd but its storage version,
+// which is what a CAPI release that no longer serves v1beta1 will ship: the version stays in
+// the CRD (so objects an older release stored as it stay decodable and status.storedVersions
+// stays valid) but the API server neither lists it in discovery nor answers requests for it. Exactly one storage version is
+// required, and it must be served already.
+func unserveNonStorage(crd map[string]any) error {
+	spec, _ := crd["spec"].(map[string]any)
+	versions, _ := spec["versions"].([]any)
+	storage := 0
+	for _, v := range versions {
+		vm, _ := v.(map[string]any)
+		if vm == nil {
+			return fmt.Errorf("malformed spec.versions")
+		}
+		if s, _ := vm["storage"].(bool); s {
+			storage++
+			if served, _ := vm["served"].(bool); !served {
+				return fmt.Errorf("storage version %v is not served", vm["name"])
+			}
+			continue
+		}
+		vm["served"] = false
+	}
+	if storage != 1 {
+		return fmt.Errorf("%d storage versions, expected 1", storage)
+	}
+	return nil
 }
 
 // checkConversion: the CRD bases of these pins declare no conversion stanza (strategy None is

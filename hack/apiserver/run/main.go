@@ -1,6 +1,6 @@
 // Command run starts a throwaway Kubernetes API server for capc-health-shim's tests.
 //
-//	go run ./hack/apiserver/run [--profile capi-1.9|capi-1.13] [--dir target/apiserver]
+//	go run ./hack/apiserver/run [--profile capi-1.9|capi-1.13|capi-1.13-v1beta2-only] [--dir target/apiserver]
 //
 // Steps (each failure names the step and, where there is one, the log file):
 //
@@ -11,8 +11,9 @@
 //     keyed by a hash of the tools module's go.mod/go.sum, the Go version and the build recipe);
 //  3. generate a throwaway CA, serving cert, service-account key pair, an admin client cert and
 //     an admin bearer token (both in group system:masters);
-//  4. start etcd, then kube-apiserver (authorization-mode RBAC), both on 127.0.0.1 on free ports,
-//     and wait for etcd /health and kube-apiserver /readyz (deadlines);
+//  4. start etcd, then kube-apiserver (authorization-mode RBAC; an audit log in the
+//     capi-1.13-v1beta2-only profile), both on 127.0.0.1 on free ports, and wait for etcd
+//     /health and kube-apiserver /readyz (deadlines);
 //  5. install the CRDs of the profile from the Go module cache, adding the labels kustomize
 //     would add, and wait until every CRD is Established and each served version answers a list;
 //  6. only then write <dir>/kubeconfig (the readiness signal), and run in the foreground until
@@ -136,7 +137,14 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("step start etcd: %w", err)
 	}
-	apiURL, err := sup.startAPIServer(ctx, bins.apiserver, etcdURL, pki, o.readyTimeout)
+	var apiArgs []string
+	auditLog := ""
+	if auditedProfiles[o.profile] {
+		if apiArgs, auditLog, err = auditArgs(dir); err != nil {
+			return fmt.Errorf("step audit policy: %w", err)
+		}
+	}
+	apiURL, err := sup.startAPIServer(ctx, bins.apiserver, etcdURL, pki, apiArgs, o.readyTimeout)
 	if err != nil {
 		return fmt.Errorf("step start kube-apiserver: %w", err)
 	}
@@ -147,7 +155,7 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("step install CRDs (profile %s): %w (kube-apiserver log: %s)", o.profile, err, sup.logPath("kube-apiserver"))
 	}
 
-	if err := writeEnvFile(dir, apiURL, etcdURL, o.profile, pki); err != nil {
+	if err := writeEnvFile(dir, apiURL, etcdURL, o.profile, auditLog, pki); err != nil {
 		return fmt.Errorf("step write env: %w", err)
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")

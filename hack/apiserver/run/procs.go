@@ -171,14 +171,14 @@ func (s *supervisor) startEtcd(ctx context.Context, bin string, timeout time.Dur
 	}
 }
 
-func (s *supervisor) startAPIServer(ctx context.Context, bin, etcdURL string, k *pki, timeout time.Duration) (string, error) {
+func (s *supervisor) startAPIServer(ctx context.Context, bin, etcdURL string, k *pki, extraArgs []string, timeout time.Duration) (string, error) {
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			return "", err
 		}
 		url := fmt.Sprintf("https://127.0.0.1:%d", port)
-		p, err := s.start("kube-apiserver", bin, []string{
+		p, err := s.start("kube-apiserver", bin, append([]string{
 			"--etcd-servers=" + etcdURL,
 			"--bind-address=127.0.0.1",
 			"--advertise-address=127.0.0.1",
@@ -201,7 +201,7 @@ func (s *supervisor) startAPIServer(ctx context.Context, bin, etcdURL string, k 
 			"--allow-privileged=true",
 			"--profiling=false",
 			"--v=1",
-		})
+		}, extraArgs...))
 		if err != nil {
 			return "", err
 		}

@@ -9,16 +9,16 @@ import (
 	"time"
 )
 
-// APIServer is the repository's real etcd + kube-apiserver (hack/apiserver), with the CAPI
-// v1.9 and CAPC CRDs installed by its runner.
+// APIServer is the repository's real etcd + kube-apiserver (hack/apiserver), with the CRDs of
+// one profile (CAPI v1.9 or v1.13, and CAPC) installed by its runner.
 type APIServer struct {
 	Kubeconfig string
 	proc       *Process
 }
 
-// StartAPIServer runs hack/apiserver's runner (built by `make apiserver-runner`) with the
-// capi-1.9 profile in dir and waits for its kubeconfig, which it writes last.
-func StartAPIServer(ctx context.Context, root, dir string) (*APIServer, error) {
+// StartAPIServer runs hack/apiserver's runner (built by `make apiserver-runner`) with a CRD
+// profile (capi-1.9, capi-1.13) in dir and waits for its kubeconfig, which it writes last.
+func StartAPIServer(ctx context.Context, root, dir, profile string) (*APIServer, error) {
 	runner := os.Getenv("APISERVER_RUNNER")
 	if runner == "" {
 		runner = filepath.Join(root, "target", "hack", "apiserver-run")
@@ -29,7 +29,7 @@ func StartAPIServer(ctx context.Context, root, dir string) (*APIServer, error) {
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	_ = os.Remove(kubeconfig)
 	p, err := StartProcess("apiserver", filepath.Join(dir, "..", "apiserver.log"), nil, runner,
-		"--profile", "capi-1.9", "--dir", dir)
+		"--profile", profile, "--dir", dir)
 	if err != nil {
 		return nil, err
 	}

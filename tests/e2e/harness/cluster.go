@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,6 +48,9 @@ type ClusterSpec struct {
 type MHCSpec struct {
 	NodeStartupTimeout time.Duration
 	UnhealthyTimeout   time.Duration // Node Ready False/Unknown
+	// ShimConditionTimeout, when set, adds the shim's condition (CloudStackVMHealthy=False) to
+	// unhealthyMachineConditions: condition mode (v1beta2 MHC only).
+	ShimConditionTimeout time.Duration
 }
 
 // noDrain keeps CAPI from draining: the in-memory API has no eviction subresource (§E.5.7).
@@ -164,6 +168,43 @@ func MachineHealthCheck(namespace, cluster string, s MHCSpec) *clusterv1.Machine
 		},
 	}
 }
+
+// MachineHealthCheckV1Beta2 is the same MachineHealthCheck as CAPI v1.12+ users write it
+// (cluster.x-k8s.io/v1beta2, checks.*Seconds), with the shim's condition among
+// unhealthyMachineConditions when s.ShimConditionTimeout is set, as
+// deploy/examples/mhc-condition-mode.yaml. Unstructured: this module links CAPI v1.9, which has
+// no v1beta2 MachineHealthCheck type.
+func MachineHealthCheckV1Beta2(namespace, cluster string, s MHCSpec) *unstructured.Unstructured {
+	seconds := func(d time.Duration) int64 { return int64(d.Round(time.Second) / time.Second) }
+	nodeConditions := []any{}
+	for _, status := range []string{"False", "Unknown"} {
+		nodeConditions = append(nodeConditions, map[string]any{"type": "Ready", "status": status, "timeoutSeconds": seconds(s.UnhealthyTimeout)})
+	}
+	checks := map[string]any{
+		"nodeStartupTimeoutSeconds": seconds(s.NodeStartupTimeout),
+		"unhealthyNodeConditions":   nodeConditions,
+	}
+	if s.ShimConditionTimeout > 0 {
+		checks["unhealthyMachineConditions"] = []any{
+			map[string]any{"type": ShimConditionType, "status": "False", "timeoutSeconds": seconds(s.ShimConditionTimeout)},
+		}
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": clusterv1.GroupVersion.Group + "/v1beta2",
+		"kind":       "MachineHealthCheck",
+		"metadata":   map[string]any{"namespace": namespace, "name": cluster + "-mhc"},
+		"spec": map[string]any{
+			"clusterName": cluster,
+			"selector":    map[string]any{"matchLabels": map[string]any{clusterv1.ClusterNameLabel: cluster}},
+			"checks":      checks,
+			"remediation": map[string]any{"triggerIf": map[string]any{"unhealthyLessThanOrEqualTo": "100%"}},
+		},
+	}}
+	return u
+}
+
+// ShimConditionType is the condition the shim writes on Machines.
+const ShimConditionType = "CloudStackVMHealthy"
 
 // ShimCredentials is the operator's read-only key for the shim (deploy/examples), used through
 // --endpoint-credentials instead of CAPC's admin key.

@@ -29,7 +29,9 @@ func Scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * T
 type Harness struct {
 	Root      string
 	OutDir    string // target/e2e
+	Stack     Stack
 	API       *APIServer
+	Core      *CoreProcess // process B (CAPI core) on a two-process stack, else nil
 	Mgmt      *Management
 	Sim       *Sim
 	Workloads *Workloads
@@ -68,19 +70,31 @@ func Start(ctx context.Context, out io.Writer) (*Harness, error) {
 	if os.Getenv("ETCD_CLIENT_DEBUG") == "" {
 		_ = os.Setenv("ETCD_CLIENT_DEBUG", "error")
 	}
+	stack, err := StackFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	h := &Harness{Root: root, OutDir: outDir, Out: out, cancel: cancel, active: map[string]bool{}}
+	h := &Harness{Root: root, OutDir: outDir, Stack: stack, Out: out, cancel: cancel, active: map[string]bool{}}
 	fail := func(err error) (*Harness, error) { h.Stop(); return nil, err }
-	h.progress("starting etcd + kube-apiserver (hack/apiserver, CAPI v1.9.6 + CAPC v0.6.1 CRDs)")
-	if h.API, err = StartAPIServer(ctx, root, filepath.Join(outDir, "apiserver")); err != nil {
+	h.progress("starting etcd + kube-apiserver (hack/apiserver, profile %s: CAPI %s + CAPC v0.6.1 CRDs)", stack.Name, stack.CAPI)
+	if h.API, err = StartAPIServer(ctx, root, filepath.Join(outDir, "apiserver"), stack.Name); err != nil {
 		return fail(err)
 	}
 	h.progress("starting cloudstack-sim (%s)", SimScenario)
 	if h.Sim, err = StartSim(ctx, root, filepath.Join(logDir, "cloudstack-sim.log"), ScenarioPath(root, SimScenario)); err != nil {
 		return fail(err)
 	}
-	h.progress("starting the CAPI core, KCP, CABPK and CAPC controllers with their webhooks")
-	if h.Mgmt, err = StartManagement(ctx, h.API.Kubeconfig); err != nil {
+	if stack.TwoProcess() {
+		h.progress("starting process B: CAPI %s core, KCP, CABPK and MHC with their webhooks and conversion (%s)", stack.CAPI, stack.CoreBinary)
+		if h.Core, err = StartCore(ctx, root, stack, h.API.Kubeconfig, filepath.Join(logDir, stack.CoreBinary+".log")); err != nil {
+			return fail(err)
+		}
+		h.progress("process B ready (links cluster-api %s); starting process A: CAPC v0.6.1 controllers and webhooks (CAPI v1.9.6 libraries)", h.Core.Version)
+	} else {
+		h.progress("starting the CAPI core, KCP, CABPK and CAPC controllers with their webhooks")
+	}
+	if h.Mgmt, err = StartManagement(ctx, h.API.Kubeconfig, stack.TwoProcess()); err != nil {
 		return fail(err)
 	}
 	base, err := portBase()
@@ -144,6 +158,9 @@ func (h *Harness) Stop() {
 	}
 	if h.Mgmt != nil {
 		h.Mgmt.Stop()
+	}
+	if h.Core != nil {
+		h.Core.Stop()
 	}
 	if h.Workloads != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -61,28 +61,34 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// Management is the management cluster: our API server with the real CAPI v1.9.6 core, KCP and
-// CABPK controllers and the CAPC v0.6.1 controllers running in this process, with their
-// admission and conversion webhooks served from here.
+// Management is the management cluster: our API server with the real CAPC v0.6.1 controllers
+// running in this process and, unless CAPI core runs in a process of its own (Stack.CoreBinary),
+// the real CAPI v1.9.6 core, KCP and CABPK controllers too, with their admission and conversion
+// webhooks served from here.
 type Management struct {
 	Config       *rest.Config
 	Kubeconfig   string
 	Scheme       *runtime.Scheme
-	Client       client.Client // the manager's (cached) client
-	Direct       client.Client // uncached
-	ClusterCache clustercache.ClusterCache
+	Client       client.Client             // the manager's (cached) client
+	Direct       client.Client             // uncached
+	ClusterCache clustercache.ClusterCache // nil when CAPI core runs elsewhere
+	capcOnly     bool
 	env          *envtest.Environment
 	cancel       context.CancelFunc
 	done         chan error
 }
 
-// webhookManifests are the admission webhook files inside the module zips (capi-interop §E.2).
-func webhookManifests() ([]string, error) {
-	capi, err := moduleDir("sigs.k8s.io/cluster-api")
+// webhookManifests are the admission webhook files inside the module zips (capi-interop §E.2):
+// CAPC's, and CAPI's unless CAPI core runs in a process of its own.
+func webhookManifests(capcOnly bool) ([]string, error) {
+	capc, err := moduleDir("sigs.k8s.io/cluster-api-provider-cloudstack")
 	if err != nil {
 		return nil, err
 	}
-	capc, err := moduleDir("sigs.k8s.io/cluster-api-provider-cloudstack")
+	if capcOnly {
+		return []string{filepath.Join(capc, "config", "webhook", "manifests.yaml")}, nil
+	}
+	capi, err := moduleDir("sigs.k8s.io/cluster-api")
 	if err != nil {
 		return nil, err
 	}
@@ -199,8 +205,9 @@ func capcCRDs(ctx context.Context, c client.Client) ([]*apiextensionsv1.CustomRe
 }
 
 // StartManagement connects to the API server behind kubeconfig, installs webhooks and
-// conversion, and runs the controllers until Stop.
-func StartManagement(ctx context.Context, kubeconfig string) (*Management, error) {
+// conversion, and runs the controllers until Stop; with capcOnly only CAPC's (CAPI core runs in
+// process B and serves CAPI's webhooks and conversion itself).
+func StartManagement(ctx context.Context, kubeconfig string, capcOnly bool) (*Management, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, err
@@ -218,7 +225,7 @@ func StartManagement(ctx context.Context, kubeconfig string) (*Management, error
 	if err != nil {
 		return nil, fmt.Errorf("list CRDs: %w", err)
 	}
-	files, err := webhookManifests()
+	files, err := webhookManifests(capcOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +249,7 @@ func StartManagement(ctx context.Context, kubeconfig string) (*Management, error
 	if _, err := env.Start(); err != nil {
 		return nil, fmt.Errorf("install webhooks and conversion: %w", err)
 	}
-	m := &Management{Config: cfg, Kubeconfig: kubeconfig, Scheme: scheme, Direct: direct, env: env}
+	m := &Management{Config: cfg, Kubeconfig: kubeconfig, Scheme: scheme, Direct: direct, capcOnly: capcOnly, env: env}
 	if err := m.startControllers(ctx); err != nil {
 		_ = env.Stop()
 		return nil, err
@@ -269,6 +276,55 @@ func (m *Management) startControllers(parent context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(parent)
 	m.cancel = cancel
+	if !m.capcOnly {
+		if err := m.setupCAPI(ctx, mgr); err != nil {
+			return err
+		}
+	}
+	for _, w := range []interface{ SetupWebhookWithManager(ctrl.Manager) error }{
+		&infrav1b3.CloudStackCluster{}, &infrav1b3.CloudStackMachine{}, &infrav1b3.CloudStackMachineTemplate{},
+	} {
+		if err := w.SetupWebhookWithManager(mgr); err != nil {
+			return fmt.Errorf("%T: %w", w, err)
+		}
+	}
+	// CAPC, wired as its main.go does; its v1beta1 conversion reads through this package global.
+	opts := controller.Options{MaxConcurrentReconciles: 4}
+	base := capcutils.ReconcilerBase{
+		K8sClient: mgr.GetClient(), BaseLogger: ctrl.Log.WithName("capc"),
+		Recorder: mgr.GetEventRecorderFor("capc-controller-manager"), Scheme: mgr.GetScheme(),
+	}
+	infrav1b3.K8sClient = base.K8sClient
+	if err := (&capccontrollers.CloudStackClusterReconciler{ReconcilerBase: base}).SetupWithManager(ctx, mgr, opts); err != nil {
+		return err
+	}
+	if err := (&capccontrollers.CloudStackMachineReconciler{ReconcilerBase: base}).SetupWithManager(ctx, mgr, opts); err != nil {
+		return err
+	}
+	if err := (&capccontrollers.CloudStackIsoNetReconciler{ReconcilerBase: base}).SetupWithManager(mgr, opts); err != nil {
+		return err
+	}
+	if err := (&capccontrollers.CloudStackAffinityGroupReconciler{ReconcilerBase: base}).SetupWithManager(mgr, opts); err != nil {
+		return err
+	}
+	if err := (&capccontrollers.CloudStackFailureDomainReconciler{ReconcilerBase: base}).SetupWithManager(mgr, opts); err != nil {
+		return err
+	}
+	m.Client = mgr.GetClient()
+	m.done = make(chan error, 1)
+	go func() { m.done <- mgr.Start(ctx) }()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		return fmt.Errorf("manager caches did not sync")
+	}
+	// The webhook server must answer before objects are created.
+	return WaitFor(ctx, 30*time.Second, 100*time.Millisecond, "webhook server", func() (bool, error) {
+		return mgr.GetWebhookServer().StartedChecker()(nil) == nil, nil
+	})
+}
+
+// setupCAPI adds the CAPI v1.9.6 core, KCP and CABPK controllers and webhooks to mgr, with
+// CAPI's main.go defaults (remote connection grace 50 s, remote conditions grace 5 min).
+func (m *Management) setupCAPI(ctx context.Context, mgr ctrl.Manager) error {
 	if err := index.AddDefaultIndexes(ctx, mgr); err != nil {
 		return err
 	}
@@ -298,7 +354,6 @@ func (m *Management) startControllers(parent context.Context) error {
 		s.SetConnectionCreationRetryInterval(2 * time.Second)
 	}
 	m.ClusterCache = cc
-	// CAPI's main.go defaults: remote connection grace 50 s, remote conditions grace 5 min.
 	opts := controller.Options{MaxConcurrentReconciles: 4}
 	setups := []struct {
 		name string
@@ -339,7 +394,6 @@ func (m *Management) startControllers(parent context.Context) error {
 				&kcpwebhooks.KubeadmControlPlane{}, &kcpwebhooks.ScaleValidator{Client: mgr.GetClient()},
 				&kcpwebhooks.KubeadmControlPlaneTemplate{},
 				&bootstrapwebhooks.KubeadmConfig{}, &bootstrapwebhooks.KubeadmConfigTemplate{},
-				&infrav1b3.CloudStackCluster{}, &infrav1b3.CloudStackMachine{}, &infrav1b3.CloudStackMachineTemplate{},
 			} {
 				if err := w.SetupWebhookWithManager(mgr); err != nil {
 					return fmt.Errorf("%T: %w", w, err)
@@ -353,37 +407,7 @@ func (m *Management) startControllers(parent context.Context) error {
 			return fmt.Errorf("set up %s: %w", s.name, err)
 		}
 	}
-	// CAPC, wired as its main.go does; its v1beta1 conversion reads through this package global.
-	base := capcutils.ReconcilerBase{
-		K8sClient: mgr.GetClient(), BaseLogger: ctrl.Log.WithName("capc"),
-		Recorder: mgr.GetEventRecorderFor("capc-controller-manager"), Scheme: mgr.GetScheme(),
-	}
-	infrav1b3.K8sClient = base.K8sClient
-	if err := (&capccontrollers.CloudStackClusterReconciler{ReconcilerBase: base}).SetupWithManager(ctx, mgr, opts); err != nil {
-		return err
-	}
-	if err := (&capccontrollers.CloudStackMachineReconciler{ReconcilerBase: base}).SetupWithManager(ctx, mgr, opts); err != nil {
-		return err
-	}
-	if err := (&capccontrollers.CloudStackIsoNetReconciler{ReconcilerBase: base}).SetupWithManager(mgr, opts); err != nil {
-		return err
-	}
-	if err := (&capccontrollers.CloudStackAffinityGroupReconciler{ReconcilerBase: base}).SetupWithManager(mgr, opts); err != nil {
-		return err
-	}
-	if err := (&capccontrollers.CloudStackFailureDomainReconciler{ReconcilerBase: base}).SetupWithManager(mgr, opts); err != nil {
-		return err
-	}
-	m.Client = mgr.GetClient()
-	m.done = make(chan error, 1)
-	go func() { m.done <- mgr.Start(ctx) }()
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		return fmt.Errorf("manager caches did not sync")
-	}
-	// The webhook server must answer before objects are created.
-	return WaitFor(ctx, 30*time.Second, 100*time.Millisecond, "webhook server", func() (bool, error) {
-		return mgr.GetWebhookServer().StartedChecker()(nil) == nil, nil
-	})
+	return nil
 }
 
 // Stop ends the controllers and removes the webhook configurations' certificates.

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/v1beta1"
@@ -59,7 +62,10 @@ type MachineRecord struct {
 	MHCUnhealthy time.Time
 	Deleting     time.Time
 	Gone         time.Time
-	lastShim     string
+	// Evidence: where the shim's condition was on the Machine (as the MHC's API version serves
+	// it) and the MHC's own condition, read when the MHC marked it unhealthy.
+	Evidence string
+	lastShim string
 }
 
 // Remediated reports whether the Machine was deleted because a MachineHealthCheck found it
@@ -71,19 +77,21 @@ func (m *MachineRecord) Remediated() bool {
 
 // Recorder watches one namespace's Machines and writes their transitions to the timeline.
 type Recorder struct {
-	c             client.Client
-	namespace     string
-	conditionType string
-	tl            *Timeline
+	c              client.Client
+	namespace      string
+	conditionType  string
+	machineVersion string // the Machine API version the MHC reads: v1beta1 or v1beta2
+	tl             *Timeline
 
 	mu       sync.Mutex
 	machines map[string]*MachineRecord
 	kcpInit  time.Time
 }
 
-// NewRecorder records the Machines of namespace; conditionType is the shim's condition.
-func NewRecorder(c client.Client, namespace, conditionType string, tl *Timeline) *Recorder {
-	return &Recorder{c: c, namespace: namespace, conditionType: conditionType, tl: tl, machines: map[string]*MachineRecord{}}
+// NewRecorder records the Machines of namespace; conditionType is the shim's condition,
+// machineVersion the Machine API version the stack's MHC reads.
+func NewRecorder(c client.Client, namespace, conditionType, machineVersion string, tl *Timeline) *Recorder {
+	return &Recorder{c: c, namespace: namespace, conditionType: conditionType, machineVersion: machineVersion, tl: tl, machines: map[string]*MachineRecord{}}
 }
 
 // Run records until ctx ends.
@@ -131,10 +139,12 @@ func (r *Recorder) step(ctx context.Context) error {
 			rec.Annotated = now
 			r.tl.Add(fmt.Sprintf("annotation %s set on %s", clusterv1.RemediateMachineAnnotation, m.Name))
 		}
-		for _, c := range m.Status.Conditions {
-			if c.Type == clusterv1.MachineHealthCheckSucceededCondition && c.Status == corev1.ConditionFalse && rec.MHCUnhealthy.IsZero() {
-				rec.MHCUnhealthy = now
-				r.tl.Add(fmt.Sprintf("MachineHealthCheck marks %s unhealthy (%s: %s)", m.Name, c.Reason, c.Message))
+		if reason, message, ok := mhcUnhealthy(m); ok && rec.MHCUnhealthy.IsZero() {
+			rec.MHCUnhealthy = now
+			r.tl.Add(fmt.Sprintf("MachineHealthCheck marks %s unhealthy (%s: %s)", m.Name, reason, message))
+			if !rec.ShimFalse.IsZero() {
+				rec.Evidence = r.evidence(ctx, m.Name)
+				r.tl.Add(fmt.Sprintf("on %s as %s: %s", m.Name, r.machineVersion, rec.Evidence))
 			}
 		}
 		if !m.DeletionTimestamp.IsZero() && rec.Deleting.IsZero() {
@@ -193,3 +203,55 @@ func shimCondition(m *clusterv1.Machine, conditionType string) *shimCond {
 }
 
 type shimCond struct{ Status, Reason, Message string }
+
+// mhcUnhealthy is the MHC's HealthCheckSucceeded=False on the Machine: CAPI v1.9 writes it in
+// the v1beta1 conditions (and v1beta2 ones), v1.13 in v1beta2 status.conditions, which this
+// module's v1beta1 type shows as status.v1beta2.conditions.
+func mhcUnhealthy(m *clusterv1.Machine) (reason, message string, ok bool) {
+	if m.Status.V1Beta2 != nil {
+		for _, c := range m.Status.V1Beta2.Conditions {
+			if c.Type == string(clusterv1.MachineHealthCheckSucceededCondition) && c.Status == metav1.ConditionFalse {
+				return c.Reason, c.Message, true
+			}
+		}
+	}
+	for _, c := range m.Status.Conditions {
+		if c.Type == clusterv1.MachineHealthCheckSucceededCondition && c.Status == corev1.ConditionFalse {
+			return c.Reason, c.Message, true
+		}
+	}
+	return "", "", false
+}
+
+// evidence reads the Machine in the MHC's API version and says where the shim's condition is
+// (every condition list of the object is searched) and what the MHC's condition says.
+func (r *Recorder) evidence(ctx context.Context, name string) string {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(clusterv1.GroupVersion.Group + "/" + r.machineVersion)
+	u.SetKind("Machine")
+	if err := r.c.Get(ctx, client.ObjectKey{Namespace: r.namespace, Name: name}, u); err != nil {
+		return "read failed: " + err.Error()
+	}
+	var parts []string
+	for _, path := range conditionPaths {
+		list, _, _ := unstructured.NestedSlice(u.Object, path...)
+		for _, item := range list {
+			c, _ := item.(map[string]any)
+			typ, _ := c["type"].(string)
+			if typ == r.conditionType || typ == string(clusterv1.MachineHealthCheckSucceededCondition) {
+				parts = append(parts, fmt.Sprintf("%s=%v/%v at %s (%v)", typ, c["status"], c["reason"], strings.Join(path, "."), c["message"]))
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return "neither " + r.conditionType + " nor HealthCheckSucceeded found"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// conditionPaths are the condition lists a Machine can carry across CAPI versions.
+var conditionPaths = [][]string{
+	{"status", "conditions"},
+	{"status", "v1beta2", "conditions"},
+	{"status", "deprecated", "v1beta1", "conditions"},
+}

@@ -19,8 +19,26 @@ func SaveRow(outDir string, r Row) error {
 	if err != nil {
 		return err
 	}
-	name := fmt.Sprintf("%s--%s--%s.json", r.Scenario, r.Mode, r.MHC)
-	return os.WriteFile(filepath.Join(dir, name), b, 0o644)
+	return os.WriteFile(filepath.Join(dir, rowFile(r.CAPIVersion, r.Scenario, string(r.Mode), r.MHC)), b, 0o644)
+}
+
+func rowFile(capi, scenario, mode, mhc string) string {
+	return fmt.Sprintf("capi-%s--%s--%s--%s.json", capi, scenario, mode, mhc)
+}
+
+// DropRows removes the saved rows of one CAPI version (a new run of that stack replaces them;
+// the other stack's rows stay, so one report covers both).
+func DropRows(outDir, capi string) error {
+	files, err := filepath.Glob(filepath.Join(outDir, "rows", rowFile(capi, "*", "*", "*")))
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := os.Remove(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // LoadRows reads the saved rows, sorted by scenario then mode.
@@ -42,6 +60,9 @@ func LoadRows(outDir string) ([]Row, error) {
 		rows = append(rows, r)
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].CAPIVersion != rows[j].CAPIVersion {
+			return rows[i].CAPIVersion < rows[j].CAPIVersion
+		}
 		if rows[i].Scenario != rows[j].Scenario {
 			return rows[i].Scenario < rows[j].Scenario
 		}
@@ -69,33 +90,30 @@ func f1(p *float64) string {
 	return fmt.Sprintf("%.1f", *p)
 }
 
-// Markdown renders the rows as a table plus the shim/baseline fault-to-recycle ratios.
+// Markdown renders the rows as a table plus the shim/baseline fault-to-recycle ratios per CAPI
+// version, and the CAPI × mode × scenario matrix.
 func Markdown(rows []Row) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# capc-health-shim end-to-end report\n\n")
-	fmt.Fprintf(&b, "Real CAPI v1.9.6 (core, KCP, CABPK) and CAPC v0.6.1 controllers in one process against a real kube-apiserver; cloudstack-sim as CloudStack; CAPI's in-memory API servers as workload clusters; the shim as its own process.\n\n")
-	fmt.Fprintf(&b, "Time scale %.2f: every default duration is multiplied by it (CloudStack stats 60 s → %.0f s, VM boot 30 s → 3 s, MHC nodeStartupTimeout 10 min → %.0f s (baseline) and 30 min → %.0f s (recommended, with the shim), the shim's poll interval, escalation delay and graces). CAPI's and CAPC's own requeue timers run unscaled.\n\n",
-		TimeScale, 60*TimeScale, 600*TimeScale, 1800*TimeScale)
-	fmt.Fprintf(&b, "| scenario | mode | MHC | converged | s to ready | s fault→recycle | recycled | false recycles | orphan VMs | leftover objects | faults | shim False verdicts | CloudStack errors |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "CAPC v0.6.1 against a real kube-apiserver with CAPI core of one of two generations: CAPI v1.9.6 (what CAPC links) in the same process, the shim in annotate mode; or CAPI v1.13.5 core, KCP, CABPK and MHC in a process of their own (v1beta2 storage, their own conversion webhooks) next to CAPC in its process, the shim in condition mode with a v1beta2 MachineHealthCheck. cloudstack-sim as CloudStack; CAPI's in-memory API servers as workload clusters; the shim as its own process.\n\n")
+	fmt.Fprintf(&b, "Time scale %.2f: every default duration is multiplied by it (CloudStack stats 60 s → %.0f s, VM boot 30 s → 3 s, MHC nodeStartupTimeout 10 min → %.0f s (baseline) and 30 min → %.0f s (recommended, with the shim), the shim's poll interval, escalation delay and graces, and condition mode's unhealthyMachineConditions timeout 60 s → %.0f s). CAPI's and CAPC's own requeue timers run unscaled.\n\n",
+		TimeScale, 60*TimeScale, 600*TimeScale, 1800*TimeScale, 60*TimeScale)
+	fmt.Fprintf(&b, "| CAPI | scenario | mode | shim mode | MHC | converged | s to ready | s fault→recycle | recycled | false recycles | orphan VMs | leftover objects | faults | shim False verdicts | CloudStack errors |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %v | %s | %s | %d | %d | %d | %d | %s | %s | %s |\n",
-			r.Scenario, r.Mode, r.MHC, r.Converged, f1(r.SecondsToReady), f1(r.SecondsFaultToRecycle),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %v | %s | %s | %d | %d | %d | %d | %s | %s | %s |\n",
+			r.CAPIVersion, r.Scenario, r.Mode, shimModeCell(r), r.MHC, r.Converged, f1(r.SecondsToReady), f1(r.SecondsFaultToRecycle),
 			r.RecycledMachines, r.FalseRecycles, r.OrphanVMs, r.LeftoverObjects,
 			strings.Join(r.Faults, "; "), strings.Join(r.ShimVerdicts, "; "), errorCounts(r.CloudStackResults))
 	}
-	fmt.Fprintf(&b, "\n## Fault → recycle, shim vs baseline (goal: ratio ≤ 0.5)\n\n| scenario | shim s | baseline s | ratio |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n## Fault → recycle, shim vs baseline on the same stack (goal: ratio ≤ 0.5)\n\n| CAPI | shim mode | scenario | shim s | baseline s | ratio |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		if r.Mode != ModeShim || r.SecondsFaultToRecycle == nil {
-			continue
-		}
-		for _, base := range rows {
-			if base.Scenario == r.Scenario && base.Mode == ModeBaseline && base.MHC == MHCDefault && base.SecondsFaultToRecycle != nil {
-				fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.2f |\n", r.Scenario, *r.SecondsFaultToRecycle, *base.SecondsFaultToRecycle, *r.SecondsFaultToRecycle / *base.SecondsFaultToRecycle)
-			}
+		if ratio, base, ok := recycleRatio(rows, r); ok {
+			fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %.1f | %.2f |\n", r.CAPIVersion, shimModeCell(r), r.Scenario, *r.SecondsFaultToRecycle, base, ratio)
 		}
 	}
 	fmt.Fprintf(&b, "\nThe goal applies to the network and VM-state faults the shim sees (1, 2, 3, 6). 3b: CAPC itself deletes a Machine whose VM it sees in Error while it is still reconciling it, in both modes. 4: a VM whose services failed sends only NTP/ARP (~4 B/s), under CloudStack's whole-KiB resolution over the shim's window: the shim may read it as silent (GuestNetworkSilent) and it is recycled early; otherwise the recommended MHC's 30-minute backstop (scaled) recycles it. Slow-but-healthy VMs (5) send far more and are never recycled.\n")
+	b.WriteString(Matrix(rows))
 	scannedRuns, leaks := 0, 0
 	for _, r := range rows {
 		if r.SecretLeaks != nil {
@@ -104,6 +122,88 @@ func Markdown(rows []Row) string {
 		}
 	}
 	fmt.Fprintf(&b, "\n## Secret scan\n\n%d run(s) scanned (shim log, /status, /metrics, Events, timeline and the row itself) for both CloudStack secret keys and `signature=`: %d finding(s).\n", scannedRuns, leaks)
+	return b.String()
+}
+
+func shimModeCell(r Row) string {
+	if r.ShimMode == "" {
+		return "—"
+	}
+	if r.ShimModeSource == "" {
+		return r.ShimMode
+	}
+	return r.ShimMode + " (" + r.ShimModeSource + ")"
+}
+
+// recycleRatio is a shim row's fault→recycle time over its stack's baseline (default MHC) row.
+func recycleRatio(rows []Row, r Row) (ratio, base float64, ok bool) {
+	if r.Mode != ModeShim || r.SecondsFaultToRecycle == nil {
+		return 0, 0, false
+	}
+	for _, b := range rows {
+		if b.CAPIVersion == r.CAPIVersion && b.Scenario == r.Scenario && b.Mode == ModeBaseline && b.MHC == MHCDefault && b.SecondsFaultToRecycle != nil {
+			return *r.SecondsFaultToRecycle / *b.SecondsFaultToRecycle, *b.SecondsFaultToRecycle, true
+		}
+	}
+	return 0, 0, false
+}
+
+// Matrix is the CAPI × mode × scenario table of docs/versions.md: per scenario and stack, whether
+// the shim run converged, its fault→recycle ratio to the stack's baseline, and its false recycles,
+// orphans and leftovers.
+func Matrix(rows []Row) string {
+	var capis, scenarios []string
+	seen := map[string]bool{}
+	cells := map[string]Row{}
+	for _, r := range rows {
+		if r.Mode != ModeShim {
+			continue
+		}
+		if !seen["c"+r.CAPIVersion] {
+			seen["c"+r.CAPIVersion] = true
+			capis = append(capis, r.CAPIVersion)
+		}
+		if !seen["s"+r.Scenario] {
+			seen["s"+r.Scenario] = true
+			scenarios = append(scenarios, r.Scenario)
+		}
+		cells[r.CAPIVersion+"|"+r.Scenario] = r
+	}
+	sort.Strings(capis)
+	sort.Strings(scenarios)
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Matrix: CAPI × shim mode × scenario (shim runs)\n\nEach cell: converged, fault→recycle shim/baseline ratio on the same stack (— when nothing faulty was recycled), false recycles / orphan VMs / leftover objects.\n\n| scenario |")
+	for _, c := range capis {
+		mode := ""
+		for _, s := range scenarios {
+			if r, ok := cells[c+"|"+s]; ok && r.ShimMode != "" {
+				mode = " " + r.ShimMode
+				break
+			}
+		}
+		fmt.Fprintf(&b, " CAPI %s%s |", c, mode)
+	}
+	fmt.Fprintf(&b, "\n|---|%s\n", strings.Repeat("---|", len(capis)))
+	for _, s := range scenarios {
+		fmt.Fprintf(&b, "| %s |", s)
+		for _, c := range capis {
+			r, ok := cells[c+"|"+s]
+			if !ok {
+				b.WriteString(" not run |")
+				continue
+			}
+			ratio := "—"
+			if v, _, ok := recycleRatio(rows, r); ok {
+				ratio = fmt.Sprintf("%.2f", v)
+			}
+			conv := "converged"
+			if !r.Converged {
+				conv = "NOT converged"
+			}
+			fmt.Fprintf(&b, " %s, %s, %d/%d/%d |", conv, ratio, r.FalseRecycles, r.OrphanVMs, r.LeftoverObjects)
+		}
+		b.WriteString("\n")
+	}
 	return b.String()
 }
 

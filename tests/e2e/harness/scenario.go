@@ -67,8 +67,14 @@ type RunContext struct {
 
 // Row is one line of target/e2e/report.json.
 type Row struct {
-	Scenario              string   `json:"scenario"`
-	Mode                  Mode     `json:"mode"`
+	Scenario string `json:"scenario"`
+	// CAPIVersion is the CAPI core release of the run's stack (CAPC is v0.6.1 on every stack).
+	CAPIVersion string `json:"capi_version"`
+	Mode        Mode   `json:"mode"`
+	// ShimMode is the mode the shim's discovery chose (annotate, condition), "" without the shim;
+	// ShimModeSource says whether it was discovered (auto) or forced by a flag.
+	ShimMode              string   `json:"shim_mode"`
+	ShimModeSource        string   `json:"shim_mode_source,omitempty"`
 	MHC                   string   `json:"mhc"`
 	Converged             bool     `json:"converged"`
 	SecondsToReady        *float64 `json:"seconds_to_ready"`
@@ -80,7 +86,10 @@ type Row struct {
 	LeftoverObjects       int      `json:"leftover_objects"`
 	Faults                []string `json:"faults"`
 	ShimVerdicts          []string `json:"shim_verdicts,omitempty"`
-	DeadlineSeconds       float64  `json:"deadline_seconds"`
+	// ConditionEvidence is, per Machine the shim judged False, where its condition was found on
+	// the Machine as the MHC's own API version serves it, and the MHC's verdict on that Machine.
+	ConditionEvidence []string `json:"condition_evidence,omitempty"`
+	DeadlineSeconds   float64  `json:"deadline_seconds"`
 	// CloudStackResults counts the simulator's answers by HTTP status while the run was
 	// converging (all accounts; exact for runs that have the simulator to themselves).
 	CloudStackResults map[string]int `json:"cloudstack_results"`
@@ -150,7 +159,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	if mhc == MHCNone && sc.NoMHCDeadline > 0 {
 		deadline = sc.NoMHCDeadline
 	}
-	row := Row{Scenario: sc.Key, Mode: mode, MHC: mhc, TimeScale: TimeScale, DeadlineSeconds: deadline.Seconds()}
+	row := Row{Scenario: sc.Key, CAPIVersion: h.Stack.CAPI, Mode: mode, MHC: mhc, TimeScale: TimeScale, DeadlineSeconds: deadline.Seconds()}
 	c := h.Mgmt.Client
 
 	if err := CreateAll(ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -166,7 +175,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	rec := NewRecorder(c, ns, "CloudStackVMHealthy", tl)
+	rec := NewRecorder(c, ns, ShimConditionType, h.Stack.MachineVersion(), tl)
 	go rec.Run(runCtx)
 	var rules []*FaultRule
 	if sc.Faults != nil {
@@ -177,11 +186,8 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 
 	userObjs := ClusterObjects(ClusterSpec{Namespace: ns, Name: cluster, ControlPlanes: sc.ControlPlanes, Workers: sc.Workers, Host: host, Port: port, APIURL: h.Sim.APIURL()})
 	userObjs = append(userObjs, ShimCredentials(ns, h.Sim.APIURL()))
-	switch mhc {
-	case MHCRecommended:
-		userObjs = append(userObjs, MachineHealthCheck(ns, cluster, MHCSpec{NodeStartupTimeout: Scaled(30 * time.Minute), UnhealthyTimeout: Scaled(5 * time.Minute)}))
-	case MHCDefault:
-		userObjs = append(userObjs, MachineHealthCheck(ns, cluster, MHCSpec{NodeStartupTimeout: Scaled(10 * time.Minute), UnhealthyTimeout: Scaled(5 * time.Minute)}))
+	if o := h.machineHealthCheck(ns, cluster, mhc); o != nil {
+		userObjs = append(userObjs, o)
 	}
 
 	var shim *Shim
@@ -199,7 +205,13 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 			}
 		}()
 		rc.Shim = shim
-		tl.Add("capc-health-shim run started (" + shim.StatusURL + ")")
+		api, err := shim.API(ctx)
+		if err != nil {
+			return row, err
+		}
+		row.ShimMode, row.ShimModeSource = api.Mode, api.ModeSource
+		tl.Add(fmt.Sprintf("capc-health-shim run started (%s): mode %s (%s), Machine layout %s, MHC %s",
+			shim.StatusURL, api.Mode, api.ModeSource, api.Layout, api.MHCVersion))
 	}
 	tl.Add(fmt.Sprintf("creating cluster %s/%s: %d control plane, %d workers, MHC %s, shim %v", ns, cluster, sc.ControlPlanes, sc.Workers, mhc, mode == ModeShim))
 	if err := CreateAll(ctx, c, userObjs...); err != nil {
@@ -247,6 +259,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	}
 	if shim != nil {
 		row.ShimVerdicts = shimSummary(rec)
+		row.ConditionEvidence = conditionEvidence(rec)
 	}
 	if callsAfter, err := h.Sim.Calls(ctx); err == nil {
 		row.CloudStackResults = resultDelta(callsBefore, callsAfter)
@@ -294,6 +307,30 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		row.SecretLeaks = []string{}
 	}
 	return row, nil
+}
+
+// machineHealthCheck is the run's MHC as a user of the stack's CAPI writes it: v1beta1 with the
+// shim's annotation (CAPI v1.9, annotate mode), v1beta2 with the shim's condition among
+// unhealthyMachineConditions (CAPI v1.13, condition mode); nil for MHCNone. The recommended one
+// (with the shim) keeps the node-startup timer as a 30-minute backstop, the default is stock
+// CAPI's 10 minutes.
+func (h *Harness) machineHealthCheck(ns, cluster, mhc string) client.Object {
+	spec := MHCSpec{UnhealthyTimeout: Scaled(5 * time.Minute)}
+	switch mhc {
+	case MHCRecommended:
+		spec.NodeStartupTimeout = Scaled(30 * time.Minute)
+		if h.Stack.V1Beta2 {
+			spec.ShimConditionTimeout = Scaled(60 * time.Second)
+		}
+	case MHCDefault:
+		spec.NodeStartupTimeout = Scaled(10 * time.Minute)
+	default:
+		return nil
+	}
+	if h.Stack.V1Beta2 {
+		return MachineHealthCheckV1Beta2(ns, cluster, spec)
+	}
+	return MachineHealthCheck(ns, cluster, spec)
 }
 
 // Score is what a run recycled.
@@ -386,6 +423,16 @@ func pendingRules(rules []*FaultRule) int {
 		n += r.Count
 	}
 	return n
+}
+
+func conditionEvidence(rec *Recorder) []string {
+	var out []string
+	for _, m := range rec.Machines() {
+		if m.Evidence != "" {
+			out = append(out, m.Name+": "+m.Evidence)
+		}
+	}
+	return out
 }
 
 func shimSummary(rec *Recorder) []string {

@@ -93,9 +93,17 @@ func TestShimDurationsAreScaledAndAtLeastASecond(t *testing.T) {
 
 // The module zips' webhook manifests load with unique configuration names and only served paths.
 func TestWebhookManifestsLoadWithUniqueNames(t *testing.T) {
-	files, err := webhookManifests()
+	files, err := webhookManifests(false)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Process A of the CAPI v1.13 stack serves CAPC's alone.
+	capcOnly, err := webhookManifests(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(capcOnly) != 1 || capcOnly[0] != files[3] {
+		t.Fatalf("CAPC-only manifests %v, want just %s", capcOnly, files[3])
 	}
 	muts, vals, err := loadWebhooks(files)
 	if err != nil {

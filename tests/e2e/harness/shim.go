@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -107,3 +108,31 @@ func StartShim(ctx context.Context, root string, c ShimConfig) (*Shim, error) {
 
 // Stop sends SIGTERM and waits; returns the exit error (nil for exit 0).
 func (s *Shim) Stop() error { return s.proc.Stop(10 * time.Second) }
+
+// ShimAPI is what the shim's discovery chose, from the `api` section of its /status.
+type ShimAPI struct {
+	Mode       string `json:"mode"`        // annotate | condition | observe
+	ModeSource string `json:"mode_source"` // auto (discovered) | forced
+	Layout     string `json:"layout"`      // V1Beta1WithV1Beta2Conditions | V1Beta2
+	MHCVersion string `json:"mhc_version"` // the MachineHealthCheck API version it read
+}
+
+// API reads the shim's /status and returns its discovery result.
+func (s *Shim) API(ctx context.Context) (ShimAPI, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.StatusURL+"/status", nil)
+	if err != nil {
+		return ShimAPI{}, err
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return ShimAPI{}, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		API ShimAPI `json:"api"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return ShimAPI{}, fmt.Errorf("shim /status: %w", err)
+	}
+	return body.API, nil
+}

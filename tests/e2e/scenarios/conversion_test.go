@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -60,5 +61,28 @@ func checkConversion(t *testing.T) {
 	defer c.Delete(ctx, m)
 	if m.Labels[clusterv1.ClusterNameLabel] != "nope" || m.Spec.InfrastructureRef.Namespace != ns {
 		t.Fatalf("Machine defaulting webhook did not run: labels %v, infraRef ns %q", m.Labels, m.Spec.InfrastructureRef.Namespace)
+	}
+	if !h.Stack.V1Beta2 {
+		return
+	}
+	// CAPI v1.13 (process B) converts: the v1beta1 Machine written above reads back as v1beta2,
+	// whose contract reference names an apiGroup instead of an apiVersion; and back as v1beta1,
+	// the apiVersion comes from CAPC's CRD contract label (process B's apiVersion getter).
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("cluster.x-k8s.io/v1beta2")
+	u.SetKind("Machine")
+	if err := c.Get(ctx, client.ObjectKeyFromObject(m), u); err != nil {
+		t.Fatalf("read the Machine as v1beta2 (CAPI v1.13 conversion webhook): %v", err)
+	}
+	ref, _, _ := unstructured.NestedStringMap(u.Object, "spec", "infrastructureRef")
+	if ref["apiGroup"] != infrav1b3.GroupVersion.Group || ref["kind"] != "CloudStackMachine" || ref["apiVersion"] != "" {
+		t.Fatalf("v1beta2 infrastructureRef = %v, want apiGroup %s and no apiVersion", ref, infrav1b3.GroupVersion.Group)
+	}
+	back := &clusterv1.Machine{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(m), back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Spec.InfrastructureRef.APIVersion != infrav1b3.GroupVersion.String() {
+		t.Fatalf("v1beta1 view of a v1beta2 Machine: infrastructureRef apiVersion %q, want %s", back.Spec.InfrastructureRef.APIVersion, infrav1b3.GroupVersion)
 	}
 }

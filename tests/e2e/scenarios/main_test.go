@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,10 +27,12 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(1)
 	}
-	// Rows of earlier runs are dropped unless CAPC_E2E_KEEP_ROWS is set (to add scenarios to a
-	// report run by run).
+	// Rows of this stack's earlier runs are dropped unless CAPC_E2E_KEEP_ROWS is set (to add
+	// scenarios to a report run by run); the other CAPI stack's rows stay in the report.
 	if os.Getenv("CAPC_E2E_KEEP_ROWS") == "" {
-		_ = os.RemoveAll(filepath.Join(h.OutDir, "rows"))
+		if err := harness.DropRows(h.OutDir, h.Stack.CAPI); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e rows: %v\n", err)
+		}
 	}
 	code := m.Run()
 	rows, err := harness.LoadRows(h.OutDir)
@@ -110,5 +113,39 @@ func clean(t *testing.T, name string, r harness.Row) {
 	}
 	if r.FalseRecycles != 0 {
 		t.Errorf("%s: %d healthy Machines recycled: %v", name, r.FalseRecycles, r.Notes)
+	}
+	if r.Mode == harness.ModeShim {
+		// The shim discovers its mode: annotate on CAPI v1.9, condition on v1.13 (v1beta2 MHC).
+		want := "annotate"
+		if h.Stack.V1Beta2 {
+			want = "condition"
+		}
+		if r.ShimMode != want || r.ShimModeSource != "auto" {
+			t.Errorf("%s: shim mode %q (%s) on CAPI %s, want %q discovered (auto)", name, r.ShimMode, r.ShimModeSource, r.CAPIVersion, want)
+		}
+	}
+}
+
+// requireMHCActedOnCondition: in condition mode the faulty Machine was recycled because the MHC
+// read the shim's condition. Its evidence (the Machine read as v1beta2 when the MHC marked it)
+// must show CloudStackVMHealthy=False in status.conditions and the MHC's HealthCheckSucceeded=False
+// naming that condition. In annotate mode (CAPI v1.9) the annotation path is covered by
+// requireRecycled and the timeline.
+func requireMHCActedOnCondition(t *testing.T, name string, r harness.Row) {
+	t.Helper()
+	if !h.Stack.V1Beta2 {
+		return
+	}
+	if len(r.ConditionEvidence) == 0 {
+		t.Errorf("%s: no Machine was marked unhealthy by the MHC after a False verdict (verdicts %v, timeline %s)", name, r.ShimVerdicts, r.Timeline)
+	}
+	for _, e := range r.ConditionEvidence {
+		if !strings.Contains(e, harness.ShimConditionType+"=False/") || !strings.Contains(e, " at status.conditions (") {
+			t.Errorf("%s: the shim's condition is not False in the v1beta2 status.conditions: %s", name, e)
+		}
+		if !strings.Contains(e, "HealthCheckSucceeded=False/UnhealthyMachine at status.conditions (Health check failed:") ||
+			!strings.Contains(e, "Condition "+harness.ShimConditionType+" on Machine is reporting status False") {
+			t.Errorf("%s: the MHC's verdict does not name the shim's condition: %s", name, e)
+		}
 	}
 }

@@ -29,6 +29,7 @@ func TestScenario1WorkerNICDown(t *testing.T) {
 	rows := run(t, harness.ScenarioWorkerNICDown, withShim, baseline, withoutMHC)
 	s, b, n := rows[shimRun], rows[baseRun], rows[baseNoMHC]
 	requireRecycled(t, "shim", s)
+	requireMHCActedOnCondition(t, "shim", s)
 	requireRecycled(t, "baseline", b)
 	if len(s.ShimVerdicts) == 0 {
 		t.Errorf("shim: no False verdict published")
@@ -45,6 +46,7 @@ func TestScenario1WorkerNICDown(t *testing.T) {
 func TestScenario3FirstControlPlaneNICDown(t *testing.T) {
 	rows := run(t, harness.ScenarioFirstCPNICDown, withShim, baseline)
 	requireRecycled(t, "shim", rows[shimRun])
+	requireMHCActedOnCondition(t, "shim", rows[shimRun])
 	requireRecycled(t, "baseline", rows[baseRun])
 }
 
@@ -88,6 +90,7 @@ func TestManagementWebhooksAndConversion(t *testing.T) {
 func TestScenario2ControlPlaneScaleUpNICDown(t *testing.T) {
 	rows := run(t, harness.ScenarioScaleUpCPNICDown, withShim, baseline)
 	requireRecycled(t, "shim", rows[shimRun])
+	requireMHCActedOnCondition(t, "shim", rows[shimRun])
 	requireRecycled(t, "baseline", rows[baseRun])
 }
 
@@ -127,5 +130,6 @@ func TestScenario5SlowButHealthy(t *testing.T) {
 func TestScenario6RollingUpgradeNICDown(t *testing.T) {
 	rows := run(t, harness.ScenarioUpgradeNICDown, withShim, baseline)
 	requireRecycled(t, "shim", rows[shimRun])
+	requireMHCActedOnCondition(t, "shim", rows[shimRun])
 	requireRecycled(t, "baseline", rows[baseRun])
 }
