@@ -6,7 +6,7 @@ GO     ?= go
 APISERVER_PROFILE ?= capi-1.9
 APISERVER_RUN := target/hack/apiserver-run
 
-.PHONY: all build demo demo-sim test test-rust test-conformance test-e2e e2e e2e-build bench timings lint fmt clean \
+.PHONY: all build demo demo-sim test test-rust test-conformance test-e2e e2e e2e-build e2e-build-114 bench timings lint fmt clean \
 	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image fuzz
 
 all: build
@@ -17,11 +17,13 @@ build:
 ## make demo: the whole stack locally (real kube-apiserver, real CAPI v1.9.6 + CAPC v0.6.1 controllers,
 ## cloudstack-sim, simulated workload clusters, the shim as a process) playing seed scenarios 1 and 3;
 ## prints the timeline and `capc-health-shim status`; exit 0 only if both clusters became ready.
-## `make demo CAPC_E2E_CAPI=1.13` plays it on CAPI v1.13.5 core (its own process) in condition mode.
+## `make demo CAPC_E2E_CAPI=1.13` (or 1.14) plays it on CAPI v1.13.5 (v1.14.2) core in its own process,
+## the shim in condition mode.
 CAPC_E2E_CAPI ?= 1.9
 export CAPC_E2E_CAPI
 demo: build apiserver-runner
 	$(if $(filter 1.13,$(CAPC_E2E_CAPI)),$(MAKE) e2e-build)
+	$(if $(filter 1.14,$(CAPC_E2E_CAPI)),$(MAKE) e2e-build-114)
 	$(E2E_GO) run ./cmd/demo
 
 ## make demo-sim: the quick look without Kubernetes: cloudstack-sim's seed scenario + `capc-health-shim check`.
@@ -35,6 +37,7 @@ test: test-rust test-conformance test-e2e
 ## The e2e harness is a Go module of its own (tests/e2e); Go fetches its modules from the proxy.
 E2E_GO := cd tests/e2e && GOFLAGS=-mod=mod GOWORK=off $(GO)
 E2E_GO_113 := cd tests/e2e && CAPC_E2E_CAPI=1.13 GOFLAGS=-mod=mod GOWORK=off $(GO)
+E2E_GO_114 := cd tests/e2e && CAPC_E2E_CAPI=1.14 GOFLAGS=-mod=mod GOWORK=off $(GO)
 E2E_CI_SCENARIOS ?= TestManagement|TestScenario1WorkerNICDown|TestScenario3FirstControlPlaneNICDown|TestScenario7APIOutageAnd429
 
 ## compile the e2e packages and test binaries once (cached by Go), so test time is test time;
@@ -44,6 +47,11 @@ e2e-build:
 	$(E2E_GO) test -count=1 -exec /bin/true ./... >/dev/null
 	cd tests/e2e/capi-core && GOFLAGS=-mod=mod GOWORK=off $(GO) build -o $(CURDIR)/target/e2e/bin/capi-core-v1.13 .
 
+## process B for CAPI v1.14.2: the same source with -tags capi114 and its own pins (go.capi114.mod);
+## make e2e and the v1.14 demo only (CI's make test runs v1.9 and v1.13)
+e2e-build-114:
+	cd tests/e2e/capi-core && GOFLAGS=-mod=mod GOWORK=off $(GO) build -modfile=go.capi114.mod -tags capi114 -o $(CURDIR)/target/e2e/bin/capi-core-v1.14 .
+
 ## the CAPI v1.13 stack (CAPI core in its own process, condition mode): scenario 1 in make test
 E2E_CI_SCENARIOS_113 ?= TestManagement|TestScenario1WorkerNICDown
 
@@ -52,11 +60,12 @@ test-e2e: build apiserver-runner e2e-build
 	$(E2E_GO) test -count=1 -timeout 60m -v -run '$(E2E_CI_SCENARIOS)' ./scenarios/
 	$(E2E_GO_113) test -count=1 -timeout 30m -v -run '$(E2E_CI_SCENARIOS_113)' ./scenarios/
 
-## make e2e: every seed scenario with its baseline on both CAPI stacks (v1.9 annotate mode, then
-## v1.13 condition mode); writes target/e2e/report.json and report.md
-e2e: build apiserver-runner e2e-build
+## make e2e: every seed scenario with its baseline on every CAPI stack (v1.9 annotate mode, then
+## v1.13 and v1.14 condition mode; about 25 min each); writes target/e2e/report.json and report.md
+e2e: build apiserver-runner e2e-build e2e-build-114
 	$(E2E_GO) test -count=1 -timeout 90m -v ./scenarios/
 	$(E2E_GO_113) test -count=1 -timeout 90m -v ./scenarios/
+	$(E2E_GO_114) test -count=1 -timeout 90m -v ./scenarios/
 
 ## The Rust tests of every workspace crate run with a real API server (CAPI 1.9 CRDs); the controller
 ## and deploy/ tests run again against the CAPI 1.13 CRDs (v1beta2 storage, unhealthyMachineConditions).

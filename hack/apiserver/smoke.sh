@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Smoke test of hack/apiserver for one profile:
-#   hack/apiserver/smoke.sh [capi-1.9|capi-1.13|capi-1.13-v1beta2-only]
+#   hack/apiserver/smoke.sh [capi-1.9|capi-1.13|capi-1.13-v1beta2-only|capi-1.14]
 # Starts the runner in the background, waits (deadline) for <dir>/kubeconfig, then with curl
 # only: checks /version, the installed CRDs and their labels, creates a namespace, a
 # CloudStackMachine and a Machine, server-side-applies a condition to the Machine's status and
@@ -28,7 +28,7 @@ done
 
 case "$profile" in
   capi-1.9)  want_crds=25; machine_v=v1beta1; cond_path='.status.v1beta2.conditions' ;;
-  capi-1.13|capi-1.13-v1beta2-only) want_crds=25; machine_v=v1beta2; cond_path='.status.conditions' ;;
+  capi-1.13|capi-1.13-v1beta2-only|capi-1.14) want_crds=25; machine_v=v1beta2; cond_path='.status.conditions' ;;
   *) echo "smoke: unknown profile $profile" >&2; exit 2 ;;
 esac
 
@@ -158,7 +158,7 @@ got=$(jq -r "$cond_path[]? | select(.type==\"CloudStackVMHealthy\") | .status + 
 [[ "$got" == False/NoGuestTraffic ]] || fail "condition not read back at $cond_path: $body"
 step "server-side-applied condition CloudStackVMHealthy=False read back from $cond_path"
 
-if [[ "$profile" == capi-1.13* ]]; then
+if [[ "$profile" == capi-1.13* || "$profile" == capi-1.14 ]]; then
   api POST "/apis/cluster.x-k8s.io/v1beta2/namespaces/$ns/machinehealthchecks" '{
     "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck", "metadata": {"name": "vm-health"},
     "spec": {"clusterName": "smoke", "selector": {"matchLabels": {"cluster.x-k8s.io/cluster-name": "smoke"}},

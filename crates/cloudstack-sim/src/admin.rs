@@ -26,6 +26,23 @@ fn world_error(e: WorldError) -> Response {
     admin_error(status, e.to_string())
 }
 
+fn no_vm(id: &str) -> Response {
+    admin_error(
+        StatusCode::NOT_FOUND,
+        format!("no VM with id or name {id:?}"),
+    )
+}
+
+/// The VM's admin view after a change (`null` should it be gone).
+fn vm_view(w: &World, idx: usize) -> Response {
+    Json(
+        w.vm(idx)
+            .map(|vm| vm_admin_json(w, vm))
+            .unwrap_or(Value::Null),
+    )
+    .into_response()
+}
+
 fn parse_body(body: &Bytes) -> Result<Value, Box<Response>> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
         return Ok(json!({}));
@@ -119,10 +136,7 @@ pub(crate) async fn admin_get_vm(State(app): State<App>, Path(id): Path<String>)
     let st = app.sim.lock_advanced();
     match st.world.vm_index(&id).and_then(|i| st.world.vm(i)) {
         Some(vm) => Json(vm_admin_json(&st.world, vm)).into_response(),
-        None => admin_error(
-            StatusCode::NOT_FOUND,
-            format!("no VM with id or name {id:?}"),
-        ),
+        None => no_vm(&id),
     }
 }
 
@@ -165,10 +179,7 @@ pub(crate) async fn admin_add_fault(
     };
     let mut st = app.sim.lock_advanced();
     let Some(idx) = st.world.vm_index(&id) else {
-        return admin_error(
-            StatusCode::NOT_FOUND,
-            format!("no VM with id or name {id:?}"),
-        );
+        return no_vm(&id);
     };
     let Some(name) = v.get("fault").and_then(Value::as_str) else {
         return admin_error(
@@ -189,31 +200,16 @@ pub(crate) async fn admin_add_fault(
         );
     };
     st.world.apply_fault_now(idx, fault);
-    let w = &st.world;
-    Json(
-        w.vm(idx)
-            .map(|vm| vm_admin_json(w, vm))
-            .unwrap_or(Value::Null),
-    )
-    .into_response()
+    vm_view(&st.world, idx)
 }
 
 pub(crate) async fn admin_clear_faults(State(app): State<App>, Path(id): Path<String>) -> Response {
     let mut st = app.sim.lock_advanced();
     let Some(idx) = st.world.vm_index(&id) else {
-        return admin_error(
-            StatusCode::NOT_FOUND,
-            format!("no VM with id or name {id:?}"),
-        );
+        return no_vm(&id);
     };
     st.world.clear_faults_now(idx);
-    let w = &st.world;
-    Json(
-        w.vm(idx)
-            .map(|vm| vm_admin_json(w, vm))
-            .unwrap_or(Value::Null),
-    )
-    .into_response()
+    vm_view(&st.world, idx)
 }
 
 pub(crate) async fn admin_get_api(State(app): State<App>) -> Response {
@@ -370,21 +366,12 @@ pub(crate) async fn admin_set_guest(
     };
     let mut st = app.sim.lock_advanced();
     let Some(idx) = st.world.vm_index(&id) else {
-        return admin_error(
-            StatusCode::NOT_FOUND,
-            format!("no VM with id or name {id:?}"),
-        );
+        return no_vm(&id);
     };
     if let Err(e) = st.world.set_profile_now(idx, profile) {
         return world_error(e);
     }
-    let w = &st.world;
-    Json(
-        w.vm(idx)
-            .map(|vm| vm_admin_json(w, vm))
-            .unwrap_or(Value::Null),
-    )
-    .into_response()
+    vm_view(&st.world, idx)
 }
 
 fn host_json(h: &Host) -> Value {

@@ -117,17 +117,19 @@ pub fn inferred_cadence(t: &Traffic) -> Option<SignedDuration> {
 pub fn counter_cadence<'a>(
     traffic: impl IntoIterator<Item = &'a Traffic>,
 ) -> Option<SignedDuration> {
-    let median = |mut v: Vec<SignedDuration>| {
-        v.sort();
-        v.get(v.len() / 2).copied()
-    };
-    median(
-        traffic
-            .into_iter()
-            .filter(|t| t.rise_gaps.len() >= 2)
-            .filter_map(|t| median(t.rise_gaps.clone()))
-            .collect(),
-    )
+    let per_vm: Vec<SignedDuration> = traffic
+        .into_iter()
+        .filter(|t| t.rise_gaps.len() >= 2)
+        .filter_map(|t| median(&t.rise_gaps))
+        .collect();
+    median(&per_vm)
+}
+
+/// The middle value (the upper one of an even count), `None` for none.
+fn median(values: &[SignedDuration]) -> Option<SignedDuration> {
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    sorted.get(sorted.len() / 2).copied()
 }
 
 /// The oldest row of the newest unbroken run of rows with 0 KiB guest→host, or `None` when the
@@ -343,12 +345,7 @@ fn assess_counter_alone(
     // than `--stats-interval` says — and at least twice the usual pause this VM's counter
     // has shown between rises (the median, so one collection gap does not stretch it): a
     // guest trickling a kilobyte every few minutes is not silent in between.
-    let mut own_gaps = t.rise_gaps.clone();
-    own_gaps.sort();
-    let own_usual_pause = own_gaps
-        .get(own_gaps.len() / 2)
-        .copied()
-        .unwrap_or_default();
+    let own_usual_pause = median(&t.rise_gaps).unwrap_or_default();
     let window = (cadence.max(g.stats_interval)
         * (i32::try_from(g.silent_samples)
             .unwrap_or(i32::MAX)

@@ -37,6 +37,7 @@ type crdSource struct {
 const (
 	capi19Version = "v1.9.6"
 	capi13Version = "v1.13.5"
+	capi14Version = "v1.14.2"
 	capcVersion   = "v0.6.1"
 	capiModule    = "sigs.k8s.io/cluster-api"
 	capcModule    = "sigs.k8s.io/cluster-api-provider-cloudstack"
@@ -52,6 +53,17 @@ var capi113 = []crdSource{
 	{"CAPI " + capi13Version + " KCP", capiModule, capi13Version, "controlplane/kubeadm/config/crd", "controlplane/kubeadm/config/default",
 		map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1", "cluster.x-k8s.io/v1beta2": "v1beta2"}, false},
 	{"CAPI " + capi13Version + " CABPK", capiModule, capi13Version, "bootstrap/kubeadm/config/crd", "bootstrap/kubeadm/config/default",
+		map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1", "cluster.x-k8s.io/v1beta2": "v1beta2"}, false},
+}
+
+// capi114 is CAPI v1.14's core, KCP and CABPK: the core provider's kustomize config moved from
+// config/ to core/config/; the contract labels, the served and storage versions (v1beta1
+// served but deprecated, v1beta2 storage) and the MHC schema are v1.13's.
+var capi114 = []crdSource{
+	{"CAPI " + capi14Version + " core", capiModule, capi14Version, "core/config/crd", "core/config/default", nil, false},
+	{"CAPI " + capi14Version + " KCP", capiModule, capi14Version, "controlplane/kubeadm/config/crd", "controlplane/kubeadm/config/default",
+		map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1", "cluster.x-k8s.io/v1beta2": "v1beta2"}, false},
+	{"CAPI " + capi14Version + " CABPK", capiModule, capi14Version, "bootstrap/kubeadm/config/crd", "bootstrap/kubeadm/config/default",
 		map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1", "cluster.x-k8s.io/v1beta2": "v1beta2"}, false},
 }
 
@@ -75,6 +87,7 @@ var profiles = map[string][]crdSource{
 	},
 	"capi-1.13":        append(append([]crdSource{}, capi113...), capc),
 	v1beta2OnlyProfile: append(onlyStorageServed(capi113), capc),
+	"capi-1.14":        append(append([]crdSource{}, capi114...), capc),
 }
 
 // onlyStorageServed returns copies of srcs whose CRDs serve only their storage version.

@@ -1,6 +1,6 @@
 // Command run starts a throwaway Kubernetes API server for capc-health-shim's tests.
 //
-//	go run ./hack/apiserver/run [--profile capi-1.9|capi-1.13|capi-1.13-v1beta2-only] [--dir target/apiserver]
+//	go run ./hack/apiserver/run [--profile capi-1.9|capi-1.13|capi-1.13-v1beta2-only|capi-1.14] [--dir target/apiserver]
 //
 // Steps (each failure names the step and, where there is one, the log file):
 //

@@ -13,38 +13,56 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	controlplanev1beta1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta1"
-	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/api/core/v1beta2/index"
-	bootstrapcontrollers "sigs.k8s.io/cluster-api/bootstrap/kubeadm/controllers"
-	bootstrapwebhooks "sigs.k8s.io/cluster-api/bootstrap/kubeadm/webhooks"
-	capicontrollers "sigs.k8s.io/cluster-api/controllers"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/controllers/remote"
-	kcpcontrollers "sigs.k8s.io/cluster-api/controlplane/kubeadm/controllers"
-	kcpwebhooks "sigs.k8s.io/cluster-api/controlplane/kubeadm/webhooks"
-	capiwebhooks "sigs.k8s.io/cluster-api/webhooks"
+	"sigs.k8s.io/cluster-api/feature"
 )
 
 const controllerName = "capi-core-e2e"
 
+// wiring is what the release-specific files (wiring_capi113.go, wiring_capi114.go) need to set
+// up CAPI's reconcilers and webhooks in the shared manager.
+type wiring struct {
+	mgr                 ctrl.Manager
+	secretCachingClient client.Client
+	clusterCache        clustercache.ClusterCache
+	etcdLogger          *zap.Logger
+	// crds are the core-group CRDs whose conversion envtest pointed at this process.
+	crds []*apiextensionsv1.CustomResourceDefinition
+	// opts are the controller options of every reconciler but KCP's.
+	opts controller.Options
+}
+
+// setupStep is one named part of the release-specific wiring (an error names it).
+type setupStep struct {
+	name string
+	fn   func() error
+}
+
 // startControllers wires the reconcilers and webhooks the way CAPI's three main.go files do
 // (core, controlplane/kubeadm, bootstrap/kubeadm) with their default timings, in one manager.
 // Left out: ClusterClass/topology, MachinePool, ClusterResourceSet, runtime extensions and the
-// CRD storage-version migrator (the API server starts empty with v1beta2 storage).
+// CRD storage-version migrator (the API server starts empty with v1beta2 storage). What differs
+// between releases (package layout, reconciler types, how conversion is registered) is in
+// coreSetup, defined once per release behind a build tag.
 func startControllers(ctx context.Context, core *coreProcess, etcdLogger *zap.Logger, connectionRetry time.Duration) (<-chan error, error) {
 	wo := core.env.WebhookInstallOptions
 	mgr, err := ctrl.NewManager(core.cfg, ctrl.Options{
 		Scheme:                 core.scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		// As CAPI's main.go: the priority queue when its feature gate is on (the default from
+		// v1.13, and required by ReconcilerRateLimiting).
+		Controller: config.Controller{UsePriorityQueue: ptr.To(feature.Gates.Enabled(feature.PriorityQueue))},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wo.LocalServingHost, Port: wo.LocalServingPort, CertDir: wo.LocalServingCertDir,
 		}),
@@ -57,7 +75,7 @@ func startControllers(ctx context.Context, core *coreProcess, etcdLogger *zap.Lo
 	if err != nil {
 		return nil, err
 	}
-	if err := index.AddDefaultIndexes(ctx, mgr); err != nil {
+	if err := addDefaultIndexes(ctx, mgr); err != nil {
 		return nil, err
 	}
 	secretCachingClient, err := client.New(mgr.GetConfig(), client.Options{
@@ -86,61 +104,15 @@ func startControllers(ctx context.Context, core *coreProcess, etcdLogger *zap.Lo
 	}
 	// The v1beta1 conversions fill in a reference's apiVersion from the referenced CRD's
 	// contract labels, as CAPI's main.go sets up with its internal contract package.
-	getter := func(gk schema.GroupKind) (string, error) { return latestContractVersion(ctx, mgr, gk) }
-	clusterv1beta1.SetAPIVersionGetter(getter)
-	controlplanev1beta1.SetAPIVersionGetter(getter)
+	setAPIVersionGetter(ctx, func(ctx context.Context, gk schema.GroupKind) (string, error) {
+		return latestContractVersion(ctx, mgr, gk)
+	})
 
-	// CAPI's defaults: remote connection grace 50 s, remote conditions grace 5 min.
-	opts := controller.Options{MaxConcurrentReconciles: 4}
-	setups := []struct {
-		name string
-		fn   func() error
-	}{
-		{"Cluster", func() error {
-			return (&capicontrollers.ClusterReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConnectionGracePeriod: 50 * time.Second}).SetupWithManager(ctx, mgr, opts)
-		}},
-		{"Machine", func() error {
-			return (&capicontrollers.MachineReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RemoteConditionsGracePeriod: 5 * time.Minute}).SetupWithManager(ctx, mgr, opts)
-		}},
-		{"MachineSet", func() error {
-			return (&capicontrollers.MachineSetReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
-		}},
-		{"MachineDeployment", func() error {
-			return (&capicontrollers.MachineDeploymentReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).SetupWithManager(ctx, mgr, opts)
-		}},
-		{"MachineHealthCheck", func() error {
-			return (&capicontrollers.MachineHealthCheckReconciler{Client: mgr.GetClient(), ClusterCache: cc}).SetupWithManager(ctx, mgr, opts)
-		}},
-		{"KubeadmControlPlane", func() error {
-			return (&kcpcontrollers.KubeadmControlPlaneReconciler{
-				Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), SecretCachingClient: secretCachingClient, ClusterCache: cc,
-				EtcdDialTimeout: 10 * time.Second, EtcdCallTimeout: 15 * time.Second, EtcdLogger: etcdLogger,
-				RemoteConditionsGracePeriod: 5 * time.Minute,
-			}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 4, ReconciliationTimeout: 3 * time.Minute})
-		}},
-		{"KubeadmConfig", func() error {
-			return (&bootstrapcontrollers.KubeadmConfigReconciler{
-				Client: mgr.GetClient(), SecretCachingClient: secretCachingClient, ClusterCache: cc, TokenTTL: 15 * time.Minute,
-			}).SetupWithManager(ctx, mgr, opts)
-		}},
-		{"webhooks", func() error {
-			for _, w := range []interface{ SetupWebhookWithManager(ctrl.Manager) error }{
-				&capiwebhooks.Cluster{Client: mgr.GetClient(), ClusterCacheReader: cc},
-				&capiwebhooks.ClusterClass{Client: mgr.GetClient()},
-				&capiwebhooks.Machine{}, &capiwebhooks.MachineSet{}, &capiwebhooks.MachineDeployment{},
-				&capiwebhooks.MachineHealthCheck{}, &capiwebhooks.MachineDrainRule{},
-				&kcpwebhooks.KubeadmControlPlane{}, &kcpwebhooks.ScaleValidator{Client: mgr.GetClient()},
-				&kcpwebhooks.KubeadmControlPlaneTemplate{},
-				&bootstrapwebhooks.KubeadmConfig{}, &bootstrapwebhooks.KubeadmConfigTemplate{},
-			} {
-				if err := w.SetupWebhookWithManager(mgr); err != nil {
-					return fmt.Errorf("%T: %w", w, err)
-				}
-			}
-			return nil
-		}},
+	w := wiring{
+		mgr: mgr, secretCachingClient: secretCachingClient, clusterCache: cc, etcdLogger: etcdLogger,
+		crds: core.crds, opts: controller.Options{MaxConcurrentReconciles: 4},
 	}
-	for _, s := range setups {
+	for _, s := range coreSetup(ctx, w) {
 		if err := s.fn(); err != nil {
 			return nil, fmt.Errorf("set up %s: %w", s.name, err)
 		}

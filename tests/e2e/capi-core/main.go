@@ -25,6 +25,8 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlzap "sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"sigs.k8s.io/cluster-api/feature"
 )
 
 type options struct {
@@ -33,6 +35,9 @@ type options struct {
 	// ClusterCache waits 30 s between attempts to reach a workload API server that is not up
 	// yet; the harness's workload clusters come up on a 0.1 time scale.
 	connectionRetry time.Duration
+	// featureGates is CAPI's --feature-gates (e.g. "ReconcilerRateLimiting=false"); empty keeps
+	// the release's defaults.
+	featureGates string
 }
 
 func main() {
@@ -42,10 +47,17 @@ func main() {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the management API server")
 	fs.StringVar(&o.readyFile, "ready-file", "", "written once webhooks answer and caches synced")
 	fs.DurationVar(&o.connectionRetry, "clustercache-retry", 2*time.Second, "ClusterCache's connection creation retry interval")
+	fs.StringVar(&o.featureGates, "feature-gates", "", "CAPI feature gates, as CAPI's managers take them (key=bool,...); empty = the release's defaults")
 	_ = fs.Parse(os.Args[1:])
 	if o.kubeconfig == "" || o.readyFile == "" {
 		fmt.Fprintln(os.Stderr, "capi-core: --kubeconfig and --ready-file are required")
 		os.Exit(2)
+	}
+	if o.featureGates != "" {
+		if err := feature.MutableGates.Set(o.featureGates); err != nil {
+			fmt.Fprintf(os.Stderr, "capi-core: --feature-gates: %v\n", err)
+			os.Exit(2)
+		}
 	}
 	logger := ctrlzap.New(ctrlzap.WriteTo(os.Stdout), ctrlzap.UseDevMode(false))
 	ctrl.SetLogger(logger)
@@ -64,7 +76,7 @@ func run(o options) error {
 		return err
 	}
 	cfg.QPS, cfg.Burst = 200, 400
-	ctrl.Log.Info("starting", "capi", capiVersion())
+	ctrl.Log.Info("starting", "capi", capiVersion(), "featureGatesFlag", o.featureGates, "reconcilerRateLimiting", feature.Gates.Enabled(feature.ReconcilerRateLimiting))
 	core, err := installWebhooks(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("install webhooks and conversion: %w", err)

@@ -54,13 +54,18 @@ type coreProcess struct {
 	cfg    *rest.Config
 	scheme *runtime.Scheme
 	env    *envtest.Environment
+	// crds are the core-group CRDs as envtest installed them (env.CRDs: deep copies of those
+	// handed to it, with conversion rewritten).
+	crds []*apiextensionsv1.CustomResourceDefinition
 }
 
 // installWebhooks points the CAPI CRDs' conversion and CAPI's admission webhooks (from the
-// module's own config/*/webhook/manifests.yaml) at this process. controller-runtime's envtest
-// does both against an existing cluster: it generates a serving certificate, rewrites each
-// webhook's clientConfig to 127.0.0.1:<port> and sets the CRDs' conversion to strategy Webhook
-// for every kind that is convertible in the scheme.
+// module's own webhook manifests, webhookManifests) at this process. controller-runtime's
+// envtest does both against an existing cluster: it generates a serving certificate, rewrites
+// each webhook's clientConfig to 127.0.0.1:<port> and sets the CRDs' conversion to strategy
+// Webhook — for every kind that is convertible in the scheme (CAPI ≤ v1.13: the API types
+// implement Hub/Convertible), or for every CRD handed over (ignoreSchemeConvertible, CAPI ≥
+// v1.14: conversion lives in converters registered with the webhook server instead).
 func installWebhooks(ctx context.Context, cfg *rest.Config) (*coreProcess, error) {
 	scheme, err := newScheme()
 	if err != nil {
@@ -89,12 +94,14 @@ func installWebhooks(ctx context.Context, cfg *rest.Config) (*coreProcess, error
 			MutatingWebhooks:   muts,
 			ValidatingWebhooks: vals,
 			MaxTime:            30 * time.Second,
+			// CAPI ≥ v1.14 only; see installWebhooks' comment.
+			IgnoreSchemeConvertible: ignoreSchemeConvertible,
 		},
 	}
 	if _, err := env.Start(); err != nil {
 		return nil, err
 	}
-	return &coreProcess{cfg: cfg, scheme: scheme, env: env}, nil
+	return &coreProcess{cfg: cfg, scheme: scheme, env: env, crds: env.CRDs}, nil
 }
 
 // coreCRDs are the installed CRDs of the core groups, handed back to envtest so that it only
@@ -130,19 +137,19 @@ func keys(m map[string]bool) []string {
 	return out
 }
 
-// loadWebhooks reads the three manifests of the linked CAPI module. Every project names its
-// configurations mutating-/validating-webhook-configuration, so each gets a suffix; webhooks
-// for kinds this process does not serve (MachinePool, ClusterResourceSet, runtime, IPAM) are
-// dropped, since nothing would answer them.
+// loadWebhooks reads the three manifests of the linked CAPI module (webhookManifests: their
+// paths depend on the release). Every project names its configurations
+// mutating-/validating-webhook-configuration, so each gets a suffix; webhooks for kinds this
+// process does not serve (MachinePool, ClusterResourceSet, runtime, IPAM) are dropped, since
+// nothing would answer them.
 func loadWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration, error) {
 	dir, err := moduleDir("sigs.k8s.io/cluster-api")
 	if err != nil {
 		return nil, nil, err
 	}
-	files := []string{
-		filepath.Join(dir, "config", "webhook", "manifests.yaml"),
-		filepath.Join(dir, "controlplane", "kubeadm", "config", "webhook", "manifests.yaml"),
-		filepath.Join(dir, "bootstrap", "kubeadm", "config", "webhook", "manifests.yaml"),
+	var files []string
+	for _, rel := range webhookManifests {
+		files = append(files, filepath.Join(dir, filepath.FromSlash(rel)))
 	}
 	var muts []*admissionv1.MutatingWebhookConfiguration
 	var vals []*admissionv1.ValidatingWebhookConfiguration

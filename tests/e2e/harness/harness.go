@@ -86,7 +86,7 @@ func Start(ctx context.Context, out io.Writer) (*Harness, error) {
 		return fail(err)
 	}
 	if stack.TwoProcess() {
-		h.progress("starting process B: CAPI %s core, KCP, CABPK and MHC with their webhooks and conversion (%s)", stack.CAPI, stack.CoreBinary)
+		h.progress("starting process B: CAPI %s core, KCP, CABPK and MHC with their webhooks and conversion (%s, feature gates %q)", stack.CAPI, stack.CoreBinary, stack.FeatureGates)
 		if h.Core, err = StartCore(ctx, root, stack, h.API.Kubeconfig, filepath.Join(logDir, stack.CoreBinary+".log")); err != nil {
 			return fail(err)
 		}

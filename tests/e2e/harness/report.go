@@ -19,17 +19,31 @@ func SaveRow(outDir string, r Row) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, rowFile(r.CAPIVersion, r.Scenario, string(r.Mode), r.MHC)), b, 0o644)
+	return os.WriteFile(filepath.Join(dir, rowFile(r.StackKey(), r.Scenario, string(r.Mode), r.MHC)), b, 0o644)
 }
 
-func rowFile(capi, scenario, mode, mhc string) string {
-	return fmt.Sprintf("capi-%s--%s--%s--%s.json", capi, scenario, mode, mhc)
+// StackKey names the stack a row ran on: the CAPI version, and the feature gates set away
+// from that release's defaults.
+func (r Row) StackKey() string {
+	if r.CAPIFeatureGates == "" {
+		return r.CAPIVersion
+	}
+	return r.CAPIVersion + " " + r.CAPIFeatureGates
 }
 
-// DropRows removes the saved rows of one CAPI version (a new run of that stack replaces them;
-// the other stack's rows stay, so one report covers both).
-func DropRows(outDir, capi string) error {
-	files, err := filepath.Glob(filepath.Join(outDir, "rows", rowFile(capi, "*", "*", "*")))
+// StackKey is what the rows of this stack carry (Row.StackKey).
+func (s Stack) StackKey() string {
+	return Row{CAPIVersion: s.CAPI, CAPIFeatureGates: s.FeatureGates}.StackKey()
+}
+
+func rowFile(stack, scenario, mode, mhc string) string {
+	return fmt.Sprintf("capi-%s--%s--%s--%s.json", strings.NewReplacer(" ", "-", "=", "-", ",", "-").Replace(stack), scenario, mode, mhc)
+}
+
+// DropRows removes the saved rows of one stack (a new run of that stack replaces them; the
+// other stacks' rows stay, so one report covers them all).
+func DropRows(outDir, stack string) error {
+	files, err := filepath.Glob(filepath.Join(outDir, "rows", rowFile(stack, "*", "*", "*")))
 	if err != nil {
 		return err
 	}
@@ -60,8 +74,8 @@ func LoadRows(outDir string) ([]Row, error) {
 		rows = append(rows, r)
 	}
 	sort.SliceStable(rows, func(i, j int) bool {
-		if rows[i].CAPIVersion != rows[j].CAPIVersion {
-			return rows[i].CAPIVersion < rows[j].CAPIVersion
+		if rows[i].StackKey() != rows[j].StackKey() {
+			return rows[i].StackKey() < rows[j].StackKey()
 		}
 		if rows[i].Scenario != rows[j].Scenario {
 			return rows[i].Scenario < rows[j].Scenario
@@ -102,14 +116,14 @@ func Markdown(rows []Row) string {
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %v | %s | %s | %d | %d | %d | %d | %s | %s | %s |\n",
-			r.CAPIVersion, r.Scenario, r.Mode, shimModeCell(r), r.MHC, r.Converged, f1(r.SecondsToReady), f1(r.SecondsFaultToRecycle),
+			r.StackKey(), r.Scenario, r.Mode, shimModeCell(r), r.MHC, r.Converged, f1(r.SecondsToReady), f1(r.SecondsFaultToRecycle),
 			r.RecycledMachines, r.FalseRecycles, r.OrphanVMs, r.LeftoverObjects,
 			strings.Join(r.Faults, "; "), strings.Join(r.ShimVerdicts, "; "), errorCounts(r.CloudStackResults))
 	}
 	fmt.Fprintf(&b, "\n## Fault → recycle, shim vs baseline on the same stack (goal: ratio ≤ 0.5)\n\n| CAPI | shim mode | scenario | shim s | baseline s | ratio |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		if ratio, base, ok := recycleRatio(rows, r); ok {
-			fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %.1f | %.2f |\n", r.CAPIVersion, shimModeCell(r), r.Scenario, *r.SecondsFaultToRecycle, base, ratio)
+			fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %.1f | %.2f |\n", r.StackKey(), shimModeCell(r), r.Scenario, *r.SecondsFaultToRecycle, base, ratio)
 		}
 	}
 	fmt.Fprintf(&b, "\nThe goal applies to the network and VM-state faults the shim sees (1, 2, 3, 6). 3b: CAPC itself deletes a Machine whose VM it sees in Error while it is still reconciling it, in both modes. 4: a VM whose services failed sends only NTP/ARP (~4 B/s), under CloudStack's whole-KiB resolution over the shim's window: the shim may read it as silent (GuestNetworkSilent) and it is recycled early; otherwise the recommended MHC's 30-minute backstop (scaled) recycles it. Slow-but-healthy VMs (5) send far more and are never recycled.\n")
@@ -141,7 +155,7 @@ func recycleRatio(rows []Row, r Row) (ratio, base float64, ok bool) {
 		return 0, 0, false
 	}
 	for _, b := range rows {
-		if b.CAPIVersion == r.CAPIVersion && b.Scenario == r.Scenario && b.Mode == ModeBaseline && b.MHC == MHCDefault && b.SecondsFaultToRecycle != nil {
+		if b.StackKey() == r.StackKey() && b.Scenario == r.Scenario && b.Mode == ModeBaseline && b.MHC == MHCDefault && b.SecondsFaultToRecycle != nil {
 			return *r.SecondsFaultToRecycle / *b.SecondsFaultToRecycle, *b.SecondsFaultToRecycle, true
 		}
 	}
@@ -159,15 +173,15 @@ func Matrix(rows []Row) string {
 		if r.Mode != ModeShim {
 			continue
 		}
-		if !seen["c"+r.CAPIVersion] {
-			seen["c"+r.CAPIVersion] = true
-			capis = append(capis, r.CAPIVersion)
+		if !seen["c"+r.StackKey()] {
+			seen["c"+r.StackKey()] = true
+			capis = append(capis, r.StackKey())
 		}
 		if !seen["s"+r.Scenario] {
 			seen["s"+r.Scenario] = true
 			scenarios = append(scenarios, r.Scenario)
 		}
-		cells[r.CAPIVersion+"|"+r.Scenario] = r
+		cells[r.StackKey()+"|"+r.Scenario] = r
 	}
 	sort.Strings(capis)
 	sort.Strings(scenarios)

@@ -70,7 +70,9 @@ type Row struct {
 	Scenario string `json:"scenario"`
 	// CAPIVersion is the CAPI core release of the run's stack (CAPC is v0.6.1 on every stack).
 	CAPIVersion string `json:"capi_version"`
-	Mode        Mode   `json:"mode"`
+	// CAPIFeatureGates are the CAPI feature gates set away from the release's defaults.
+	CAPIFeatureGates string `json:"capi_feature_gates,omitempty"`
+	Mode             Mode   `json:"mode"`
 	// ShimMode is the mode the shim's discovery chose (annotate, condition), "" without the shim;
 	// ShimModeSource says whether it was discovered (auto) or forced by a flag.
 	ShimMode              string   `json:"shim_mode"`
@@ -159,7 +161,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	if mhc == MHCNone && sc.NoMHCDeadline > 0 {
 		deadline = sc.NoMHCDeadline
 	}
-	row := Row{Scenario: sc.Key, CAPIVersion: h.Stack.CAPI, Mode: mode, MHC: mhc, TimeScale: TimeScale, DeadlineSeconds: deadline.Seconds()}
+	row := Row{Scenario: sc.Key, CAPIVersion: h.Stack.CAPI, CAPIFeatureGates: h.Stack.FeatureGates, Mode: mode, MHC: mhc, TimeScale: TimeScale, DeadlineSeconds: deadline.Seconds()}
 	c := h.Mgmt.Client
 
 	if err := CreateAll(ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

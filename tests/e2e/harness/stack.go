@@ -23,6 +23,8 @@ type Stack struct {
 	// V1Beta2 is true when CAPI stores v1beta2 and users write v1beta2 MachineHealthChecks
 	// (checks.unhealthyMachineConditions): the shim's condition mode.
 	V1Beta2 bool
+	// FeatureGates is process B's --feature-gates ("" = the CAPI release's defaults).
+	FeatureGates string
 }
 
 var (
@@ -31,18 +33,42 @@ var (
 	// StackCAPI113 is CAPC v0.6.1 (process A, CAPI v1.9.6 libraries) next to CAPI v1.13.5 core
 	// (process B) with v1beta2 storage, as platforms pair them: condition mode.
 	StackCAPI113 = Stack{Name: "capi-1.13", CAPI: "v1.13.5", CoreBinary: "capi-core-v1.13", V1Beta2: true}
+	// StackCAPI114 is the same pairing with CAPI v1.14.2 core (process B built with
+	// -tags capi114 -modfile=go.capi114.mod).
+	StackCAPI114 = Stack{Name: "capi-1.14", CAPI: "v1.14.2", CoreBinary: "capi-core-v1.14", V1Beta2: true}
 )
 
-// StackFromEnv picks the stack from CAPC_E2E_CAPI: "1.9" (default) or "1.13".
+// ScaledFeatureGates are the CAPI feature gates process B runs with unless
+// CAPC_E2E_CAPI_FEATURE_GATES says otherwise ("defaults" = the release's defaults).
+// ReconcilerRateLimiting (beta, on by default since v1.13) holds each MachineHealthCheck to one
+// reconcile per 15 s (util/controller/controller.go and machinehealthcheck_controller.go:106 at
+// v1.13.5): a timer with no hook that would scale it to 1.5 s, which on the 0.1 time scale
+// would stand for 150 s. Off, it becomes controller-runtime's default queue (no minimum
+// interval), nearer to the scaled 1.5 s; the baseline runs on the same process B.
+const ScaledFeatureGates = "ReconcilerRateLimiting=false"
+
+// StackFromEnv picks the stack from CAPC_E2E_CAPI: "1.9" (default), "1.13" or "1.14".
 func StackFromEnv() (Stack, error) {
+	var s Stack
 	switch v := strings.TrimPrefix(os.Getenv("CAPC_E2E_CAPI"), "v"); v {
 	case "", "1.9":
 		return StackCAPI19, nil
 	case "1.13":
-		return StackCAPI113, nil
+		s = StackCAPI113
+	case "1.14":
+		s = StackCAPI114
 	default:
-		return Stack{}, fmt.Errorf("CAPC_E2E_CAPI=%q: want 1.9 or 1.13", v)
+		return Stack{}, fmt.Errorf("CAPC_E2E_CAPI=%q: want 1.9, 1.13 or 1.14", v)
 	}
+	switch g := os.Getenv("CAPC_E2E_CAPI_FEATURE_GATES"); g {
+	case "":
+		s.FeatureGates = ScaledFeatureGates
+	case "defaults":
+		s.FeatureGates = ""
+	default:
+		s.FeatureGates = g
+	}
+	return s, nil
 }
 
 // MachineVersion is the Machine API version the stack's MachineHealthCheck reads.
@@ -71,7 +97,7 @@ func StartCore(ctx context.Context, root string, s Stack, kubeconfig, logPath st
 	}
 	ready := filepath.Join(filepath.Dir(logPath), s.CoreBinary+".ready")
 	_ = os.Remove(ready)
-	p, err := StartProcess(s.CoreBinary, logPath, nil, bin, "--kubeconfig", kubeconfig, "--ready-file", ready)
+	p, err := StartProcess(s.CoreBinary, logPath, nil, bin, "--kubeconfig", kubeconfig, "--ready-file", ready, "--feature-gates", s.FeatureGates)
 	if err != nil {
 		return nil, err
 	}

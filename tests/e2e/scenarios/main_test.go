@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	// Rows of this stack's earlier runs are dropped unless CAPC_E2E_KEEP_ROWS is set (to add
 	// scenarios to a report run by run); the other CAPI stack's rows stay in the report.
 	if os.Getenv("CAPC_E2E_KEEP_ROWS") == "" {
-		if err := harness.DropRows(h.OutDir, h.Stack.CAPI); err != nil {
+		if err := harness.DropRows(h.OutDir, h.Stack.StackKey()); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e rows: %v\n", err)
 		}
 	}

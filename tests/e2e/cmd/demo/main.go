@@ -34,6 +34,8 @@ func run() int {
 		return 1
 	}
 	defer h.Stop()
+	fmt.Printf("demo: stack %s — CAPI %s core (%s), CAPC v0.6.1; set CAPC_E2E_CAPI=1.13 or 1.9 to choose\n",
+		h.Stack.Name, h.Stack.CAPI, map[bool]string{true: "its own process, condition mode", false: "same process as CAPC, annotate mode"}[h.Stack.TwoProcess()])
 	h.OnSettled = func(ctx context.Context, rc *harness.RunContext) {
 		if rc.Shim == nil {
 			return
