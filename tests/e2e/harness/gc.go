@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -79,6 +80,16 @@ func CollectGarbage(ctx context.Context, c client.Client, namespace string) (int
 				break
 			}
 		}
+		// The lists above are not one snapshot: an owner created after its kind was listed
+		// (a Machine with its KubeadmConfig and CloudStackMachine) is missing from uids. As the
+		// real garbage collector does, ask the API server for each owner before deleting.
+		if orphan {
+			gone, err := ownersGone(ctx, c, o)
+			if err != nil {
+				return deleted, err
+			}
+			orphan = gone
+		}
 		if orphan && o.GetDeletionTimestamp() == nil {
 			if err := c.Delete(ctx, o, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
 				return deleted, err
@@ -87,6 +98,26 @@ func CollectGarbage(ctx context.Context, c client.Client, namespace string) (int
 		}
 	}
 	return deleted, nil
+}
+
+// ownersGone reports whether every owner of o is absent from the API server now (not found, or
+// found with another UID: a new object of the same name).
+func ownersGone(ctx context.Context, c client.Client, o *unstructured.Unstructured) (bool, error) {
+	for _, ref := range o.GetOwnerReferences() {
+		owner := &unstructured.Unstructured{}
+		owner.SetAPIVersion(ref.APIVersion)
+		owner.SetKind(ref.Kind)
+		err := c.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: ref.Name}, owner)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return false, err
+		case owner.GetUID() == ref.UID:
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // RunGarbageCollector collects every interval in the namespaces namespaces() returns.
