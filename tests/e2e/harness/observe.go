@@ -63,8 +63,9 @@ type MachineRecord struct {
 	Deleting     time.Time
 	Gone         time.Time
 	// Evidence: where the shim's condition was on the Machine (as the MHC's API version serves
-	// it) and the MHC's own condition, read when the MHC marked it unhealthy.
+	// it) when it first said False, and the MHC's own condition when it marked it unhealthy.
 	Evidence string
+	landed   string
 	lastShim string
 }
 
@@ -132,6 +133,9 @@ func (r *Recorder) step(ctx context.Context) error {
 				r.tl.Add(fmt.Sprintf("shim verdict on %s: %s/%s — %s", m.Name, c.Status, c.Reason, c.Message))
 				if c.Status == "False" && rec.ShimFalse.IsZero() {
 					rec.ShimFalse, rec.ShimReason = now, c.Reason
+					// Where the False landed, read now: by the time the MHC acts the owner may
+					// already be deleting the Machine and the shim saying Unknown.
+					rec.landed = r.evidence(ctx, m.Name, r.conditionType)
 				}
 			}
 		}
@@ -143,7 +147,8 @@ func (r *Recorder) step(ctx context.Context) error {
 			rec.MHCUnhealthy = now
 			r.tl.Add(fmt.Sprintf("MachineHealthCheck marks %s unhealthy (%s: %s)", m.Name, reason, message))
 			if !rec.ShimFalse.IsZero() {
-				rec.Evidence = r.evidence(ctx, m.Name)
+				rec.Evidence = "when the shim said False: " + rec.landed + "; when the MHC marked it: " +
+					r.evidence(ctx, m.Name, string(clusterv1.MachineHealthCheckSucceededCondition))
 				r.tl.Add(fmt.Sprintf("on %s as %s: %s", m.Name, r.machineVersion, rec.Evidence))
 			}
 		}
@@ -223,9 +228,9 @@ func mhcUnhealthy(m *clusterv1.Machine) (reason, message string, ok bool) {
 	return "", "", false
 }
 
-// evidence reads the Machine in the MHC's API version and says where the shim's condition is
-// (every condition list of the object is searched) and what the MHC's condition says.
-func (r *Recorder) evidence(ctx context.Context, name string) string {
+// evidence reads the Machine in the MHC's API version and says where a condition type is
+// (every condition list of the object is searched) and what it says.
+func (r *Recorder) evidence(ctx context.Context, name, conditionType string) string {
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion(clusterv1.GroupVersion.Group + "/" + r.machineVersion)
 	u.SetKind("Machine")
@@ -238,13 +243,13 @@ func (r *Recorder) evidence(ctx context.Context, name string) string {
 		for _, item := range list {
 			c, _ := item.(map[string]any)
 			typ, _ := c["type"].(string)
-			if typ == r.conditionType || typ == string(clusterv1.MachineHealthCheckSucceededCondition) {
+			if typ == conditionType {
 				parts = append(parts, fmt.Sprintf("%s=%v/%v at %s (%v)", typ, c["status"], c["reason"], strings.Join(path, "."), c["message"]))
 			}
 		}
 	}
 	if len(parts) == 0 {
-		return "neither " + r.conditionType + " nor HealthCheckSucceeded found"
+		return conditionType + " not found"
 	}
 	return strings.Join(parts, "; ")
 }

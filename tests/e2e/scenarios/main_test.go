@@ -140,11 +140,12 @@ func requireMHCActedOnCondition(t *testing.T, name string, r harness.Row) {
 		t.Errorf("%s: no Machine was marked unhealthy by the MHC after a False verdict (verdicts %v, timeline %s)", name, r.ShimVerdicts, r.Timeline)
 	}
 	for _, e := range r.ConditionEvidence {
-		if !strings.Contains(e, harness.ShimConditionType+"=False/") || !strings.Contains(e, " at status.conditions (") {
-			t.Errorf("%s: the shim's condition is not False in the v1beta2 status.conditions: %s", name, e)
+		landed, marked, ok := strings.Cut(e, "; when the MHC marked it: ")
+		if !ok || !strings.Contains(landed, harness.ShimConditionType+"=False/") || !strings.Contains(landed, " at status.conditions (") {
+			t.Errorf("%s: the shim's False is not in the v1beta2 status.conditions: %s", name, e)
 		}
-		if !strings.Contains(e, "HealthCheckSucceeded=False/UnhealthyMachine at status.conditions (Health check failed:") ||
-			!strings.Contains(e, "Condition "+harness.ShimConditionType+" on Machine is reporting status False") {
+		if !strings.Contains(marked, "HealthCheckSucceeded=False/UnhealthyMachine at status.conditions (Health check failed:") ||
+			!strings.Contains(marked, "Condition "+harness.ShimConditionType+" on Machine is reporting status False") {
 			t.Errorf("%s: the MHC's verdict does not name the shim's condition: %s", name, e)
 		}
 	}
