@@ -176,13 +176,7 @@ func loadWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1
 					return nil, nil, fmt.Errorf("%s: %w", f, err)
 				}
 				m.Name += suffix
-				var keep []admissionv1.MutatingWebhook
-				for _, w := range m.Webhooks {
-					if served(w.ClientConfig) {
-						keep = append(keep, w)
-					}
-				}
-				m.Webhooks = keep
+				m.Webhooks = keepServed(m.Webhooks, func(w admissionv1.MutatingWebhook) admissionv1.WebhookClientConfig { return w.ClientConfig })
 				muts = append(muts, &m)
 			case "ValidatingWebhookConfiguration":
 				var v admissionv1.ValidatingWebhookConfiguration
@@ -190,18 +184,23 @@ func loadWebhooks() ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1
 					return nil, nil, fmt.Errorf("%s: %w", f, err)
 				}
 				v.Name += suffix
-				var keep []admissionv1.ValidatingWebhook
-				for _, w := range v.Webhooks {
-					if served(w.ClientConfig) {
-						keep = append(keep, w)
-					}
-				}
-				v.Webhooks = keep
+				v.Webhooks = keepServed(v.Webhooks, func(w admissionv1.ValidatingWebhook) admissionv1.WebhookClientConfig { return w.ClientConfig })
 				vals = append(vals, &v)
 			}
 		}
 	}
 	return muts, vals, nil
+}
+
+// keepServed drops the webhooks no handler here answers.
+func keepServed[W any](hooks []W, config func(W) admissionv1.WebhookClientConfig) []W {
+	var keep []W
+	for _, w := range hooks {
+		if served(config(w)) {
+			keep = append(keep, w)
+		}
+	}
+	return keep
 }
 
 func served(cc admissionv1.WebhookClientConfig) bool {

@@ -321,7 +321,7 @@ func (h *Harness) machineHealthCheck(ns, cluster, mhc string) client.Object {
 	switch mhc {
 	case MHCRecommended:
 		spec.NodeStartupTimeout = Scaled(30 * time.Minute)
-		if h.Stack.V1Beta2 {
+		if h.Stack.V1Beta2() {
 			spec.ShimConditionTimeout = Scaled(60 * time.Second)
 		}
 	case MHCDefault:
@@ -329,7 +329,7 @@ func (h *Harness) machineHealthCheck(ns, cluster, mhc string) client.Object {
 	default:
 		return nil
 	}
-	if h.Stack.V1Beta2 {
+	if h.Stack.V1Beta2() {
 		return MachineHealthCheckV1Beta2(ns, cluster, spec)
 	}
 	return MachineHealthCheck(ns, cluster, spec)

@@ -20,9 +20,6 @@ type Stack struct {
 	// built by `make e2e-build`), next to CAPC in this process; empty = CAPI v1.9.6 core in
 	// this process with CAPC, as CAPC v0.6.1 links it.
 	CoreBinary string
-	// V1Beta2 is true when CAPI stores v1beta2 and users write v1beta2 MachineHealthChecks
-	// (checks.unhealthyMachineConditions): the shim's condition mode.
-	V1Beta2 bool
 	// FeatureGates is process B's --feature-gates ("" = the CAPI release's defaults).
 	FeatureGates string
 }
@@ -32,10 +29,10 @@ var (
 	StackCAPI19 = Stack{Name: "capi-1.9", CAPI: "v1.9.6"}
 	// StackCAPI113 is CAPC v0.6.1 (process A, CAPI v1.9.6 libraries) next to CAPI v1.13.5 core
 	// (process B) with v1beta2 storage, as platforms pair them: condition mode.
-	StackCAPI113 = Stack{Name: "capi-1.13", CAPI: "v1.13.5", CoreBinary: "capi-core-v1.13", V1Beta2: true}
+	StackCAPI113 = Stack{Name: "capi-1.13", CAPI: "v1.13.5", CoreBinary: "capi-core-v1.13"}
 	// StackCAPI114 is the same pairing with CAPI v1.14.2 core (process B built with
 	// -tags capi114 -modfile=go.capi114.mod).
-	StackCAPI114 = Stack{Name: "capi-1.14", CAPI: "v1.14.2", CoreBinary: "capi-core-v1.14", V1Beta2: true}
+	StackCAPI114 = Stack{Name: "capi-1.14", CAPI: "v1.14.2", CoreBinary: "capi-core-v1.14"}
 )
 
 // ScaledFeatureGates are the CAPI feature gates process B runs with unless
@@ -73,11 +70,16 @@ func StackFromEnv() (Stack, error) {
 
 // MachineVersion is the Machine API version the stack's MachineHealthCheck reads.
 func (s Stack) MachineVersion() string {
-	if s.V1Beta2 {
+	if s.V1Beta2() {
 		return "v1beta2"
 	}
 	return "v1beta1"
 }
+
+// V1Beta2 reports whether CAPI stores v1beta2 and users write v1beta2 MachineHealthChecks
+// (checks.unhealthyMachineConditions): the shim's condition mode. Only CAPI ≥ 1.13 runs as
+// process B (CAPC links v1.9 and nothing newer), so that is the two-process stacks.
+func (s Stack) V1Beta2() bool { return s.TwoProcess() }
 
 // TwoProcess reports whether CAPI core runs in its own process (B).
 func (s Stack) TwoProcess() bool { return s.CoreBinary != "" }

@@ -62,7 +62,7 @@ func checkConversion(t *testing.T) {
 	if m.Labels[clusterv1.ClusterNameLabel] != "nope" || m.Spec.InfrastructureRef.Namespace != ns {
 		t.Fatalf("Machine defaulting webhook did not run: labels %v, infraRef ns %q", m.Labels, m.Spec.InfrastructureRef.Namespace)
 	}
-	if !h.Stack.V1Beta2 {
+	if !h.Stack.V1Beta2() {
 		return
 	}
 	// CAPI v1.13 (process B) converts: the v1beta1 Machine written above reads back as v1beta2,

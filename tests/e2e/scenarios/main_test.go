@@ -117,7 +117,7 @@ func clean(t *testing.T, name string, r harness.Row) {
 	if r.Mode == harness.ModeShim {
 		// The shim discovers its mode: annotate on CAPI v1.9, condition on v1.13 (v1beta2 MHC).
 		want := "annotate"
-		if h.Stack.V1Beta2 {
+		if h.Stack.V1Beta2() {
 			want = "condition"
 		}
 		if r.ShimMode != want || r.ShimModeSource != "auto" {
@@ -133,7 +133,7 @@ func clean(t *testing.T, name string, r harness.Row) {
 // requireRecycled and the timeline.
 func requireMHCActedOnCondition(t *testing.T, name string, r harness.Row) {
 	t.Helper()
-	if !h.Stack.V1Beta2 {
+	if !h.Stack.V1Beta2() {
 		return
 	}
 	if len(r.ConditionEvidence) == 0 {
