@@ -171,6 +171,8 @@ impl GraceArgs {
                 .collect(),
             stats_interval: self.stats_interval,
             anchor_to_lastupdated: !self.no_lastupdated_anchor,
+            // Set by `run`/`check` when probe credentials are given.
+            probe: None,
         }
     }
 
@@ -181,6 +183,73 @@ impl GraceArgs {
                 .max(2),
             min_percent: self.mass_failure_percent,
             window: self.mass_failure_window,
+        }
+    }
+}
+
+/// How the opt-in guest probe (docs/guest-probe.md) is paced and bounded. Inert unless probe
+/// credentials are given (`run --probe-credentials`, `check --probe-credentials-file`).
+#[derive(Debug, Clone, Args)]
+pub struct ProbeArgs {
+    /// Unanswered probe attempts in a row (spaced apart) before "no reply" counts.
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub probe_attempts: u32,
+    /// Time between attempts while a guest does not answer [default: a quarter of --stats-interval].
+    #[arg(long, value_parser = duration_in(SignedDuration::from_millis(100), SignedDuration::from_hours(1)), value_name = "DURATION")]
+    pub probe_spacing: Option<SignedDuration>,
+    /// After a reply, the next attempt no sooner than this [default: half of --stats-interval].
+    #[arg(long, value_parser = duration_in(SignedDuration::from_millis(100), SignedDuration::from_hours(1)), value_name = "DURATION")]
+    pub probe_recheck: Option<SignedDuration>,
+    /// Probe jobs started per CloudStack scope per minute, at most.
+    #[arg(long, default_value_t = 60, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub probe_max_per_scope_per_minute: u32,
+    /// Probe jobs in flight at once, at most.
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub probe_max_in_flight: u16,
+    /// A probe job not finished after this long is no evidence.
+    #[arg(long, default_value = "2m", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1)), value_name = "DURATION")]
+    pub probe_job_timeout: SignedDuration,
+    /// Options passed to the router's arping (runDiagnostics `params`; CloudStack allows
+    /// letters, digits, `_`, `-`, `.` and spaces). Add e.g. `-I eth2` where the router's arping
+    /// cannot pick the interface itself.
+    #[arg(long, default_value = "-c 3 -f", value_parser = parse_diagnostics_params, value_name = "OPTIONS")]
+    pub probe_arping_params: String,
+}
+
+/// `runDiagnostics` refuses `params` outside `^[\w\-\s.]+$` (DiagnosticsServiceImpl):
+/// refuse them here, with the rule, instead of at every probe.
+pub fn parse_diagnostics_params(s: &str) -> Result<String, String> {
+    let ok = !s.trim().is_empty()
+        && s.chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '-' || c == '.' || c.is_whitespace());
+    if ok {
+        Ok(s.trim().to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not allowed: CloudStack's runDiagnostics takes letters, digits, '_', '-', '.' \
+             and spaces only"
+        ))
+    }
+}
+
+impl ProbeArgs {
+    /// The probe's pacing for the verdict engine, spacing and recheck derived from the stats
+    /// interval unless set.
+    pub fn graces(&self, stats_interval: SignedDuration) -> crate::verdict::probe::ProbeGraces {
+        let derived = crate::verdict::probe::ProbeGraces::from_stats_interval(stats_interval);
+        crate::verdict::probe::ProbeGraces {
+            attempts: self.probe_attempts.max(1),
+            spacing: self.probe_spacing.unwrap_or(derived.spacing),
+            recheck: self.probe_recheck.unwrap_or(derived.recheck),
+        }
+    }
+
+    pub fn limits(&self) -> crate::probe::ProbeLimits {
+        crate::probe::ProbeLimits {
+            per_scope_per_minute: self.probe_max_per_scope_per_minute.max(1),
+            max_in_flight: usize::from(self.probe_max_in_flight.max(1)),
+            job_timeout: self.probe_job_timeout,
+            arping_params: self.probe_arping_params.clone(),
         }
     }
 }

@@ -6,6 +6,8 @@
 //!   taxonomy (I/O at the edge).
 //! - [`verdict`]: the `verdict` crate: pure decisions (history → verdict → guard → condition).
 //! - [`scope`]: one listing per scope per poll, matched to tracked VMs by id.
+//! - [`probe`]: the opt-in ARP probe from a network's virtual router (`runDiagnostics`), paced
+//!   by `verdict::probe`, bounded by a per-scope budget.
 //! - [`check`]: the one-shot `capc-health-shim check` command (client + engine, no Kubernetes).
 //! - [`k8s`]: the Kubernetes side's pure rules (Machine views, escalation, Lease hold).
 //! - [`controller`]: `capc-health-shim run`, the cycle in named phases and its Kubernetes I/O.
@@ -25,6 +27,7 @@ pub mod docs_gen;
 pub mod http;
 pub mod k8s;
 pub mod metrics;
+pub mod probe;
 pub mod scope;
 pub mod status;
 pub mod status_cmd;

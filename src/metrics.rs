@@ -65,6 +65,13 @@ pub struct WriteLabels {
     pub result: String,
 }
 
+/// A guest probe attempt's answer (`reply`, `no_reply`, `no_evidence`), or what else the
+/// probe counted (`job_started`, `router_lookup`, `skipped_budget`, `skipped_in_flight_cap`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProbeLabels {
+    pub event: String,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
@@ -110,6 +117,11 @@ pub struct Metrics {
     cycle_duration: Histogram,
     leader: Gauge,
     ready: Gauge,
+    probe_events: Family<ProbeLabels, Counter>,
+    /// The probe counts already added to `probe_events`.
+    probe_seen: Mutex<crate::status::ProbeCounts>,
+    probe_in_flight: Gauge,
+    probe_refused: Gauge,
 }
 
 impl Default for Metrics {
@@ -195,6 +207,24 @@ impl Metrics {
             "1 once discovery succeeded and the caches are synced",
             ready.clone(),
         );
+        let probe_events = Family::<ProbeLabels, Counter>::default();
+        registry.register(
+            "probe_events",
+            "Guest probe: attempts by answer (reply, no_reply, no_evidence), jobs started, router lookups, probes skipped for the budget or the in-flight cap",
+            probe_events.clone(),
+        );
+        let probe_in_flight = Gauge::default();
+        registry.register(
+            "probe_in_flight",
+            "Guest probe jobs (runDiagnostics) started and not finished",
+            probe_in_flight.clone(),
+        );
+        let probe_refused = Gauge::default();
+        registry.register(
+            "probe_refused",
+            "1 while CloudStack refuses the guest probe's key (the probe is off until it changes)",
+            probe_refused.clone(),
+        );
         Self {
             registry,
             verdicts,
@@ -210,7 +240,53 @@ impl Metrics {
             cycle_duration,
             leader,
             ready,
+            probe_events,
+            probe_seen: Mutex::new(crate::status::ProbeCounts::default()),
+            probe_in_flight,
+            probe_refused,
         }
+    }
+
+    /// Brings the guest probe's metrics up to `report` (its counts only grow while the
+    /// prober lives; a new prober, after a key change, starts them over and adds from 0).
+    pub fn observe_probe(&self, report: &crate::status::ProbeReport) {
+        let mut guard = self
+            .probe_seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let seen = &mut *guard;
+        let c = &report.counts;
+        let pairs = [
+            ("reply", c.replies, &mut seen.replies),
+            ("no_reply", c.no_replies, &mut seen.no_replies),
+            ("no_evidence", c.no_evidence, &mut seen.no_evidence),
+            ("job_started", c.jobs_started, &mut seen.jobs_started),
+            ("router_lookup", c.router_lookups, &mut seen.router_lookups),
+            (
+                "skipped_budget",
+                c.skipped_for_budget,
+                &mut seen.skipped_for_budget,
+            ),
+            (
+                "skipped_in_flight_cap",
+                c.skipped_in_flight_cap,
+                &mut seen.skipped_in_flight_cap,
+            ),
+        ];
+        for (event, now, before) in pairs {
+            let delta = if now >= *before { now - *before } else { now };
+            if delta > 0 {
+                self.probe_events
+                    .get_or_create(&ProbeLabels {
+                        event: event.to_string(),
+                    })
+                    .inc_by(delta);
+            }
+            *before = now;
+        }
+        self.probe_in_flight
+            .set(i64::try_from(report.in_flight).unwrap_or(i64::MAX));
+        self.probe_refused.set(i64::from(report.refused.is_some()));
     }
 
     /// Sets `capc_health_verdicts` to the current counts; label sets that were set before

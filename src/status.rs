@@ -28,6 +28,9 @@ pub struct StatusReport {
     pub clusters: BTreeMap<String, ClusterReport>,
     pub scopes: Vec<ScopeReport>,
     pub failure_domains: Vec<FailureDomainReport>,
+    /// The opt-in guest probe; `None` when no probe credentials are configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeReport>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -95,4 +98,37 @@ pub struct FailureDomainReport {
     pub failing: usize,
     /// `failing / machines` (0 when empty).
     pub failure_ratio: f64,
+}
+
+/// What the probe has done since it started: `/status` and the metrics show it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProbeCounts {
+    /// Attempts finished, by answer.
+    pub replies: u64,
+    pub no_replies: u64,
+    pub no_evidence: u64,
+    /// `runDiagnostics` jobs started (an attempt that falls back to ping starts two).
+    pub jobs_started: u64,
+    /// `listRouters` calls.
+    pub router_lookups: u64,
+    /// Due probes not started because their scope's budget for the minute was spent.
+    pub skipped_for_budget: u64,
+    /// Due probes not started because the jobs in flight were at their cap.
+    pub skipped_in_flight_cap: u64,
+}
+
+/// What `/status` shows of the probe.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProbeReport {
+    pub enabled: bool,
+    /// The endpoint the probe key belongs to (only scopes of this endpoint are probed).
+    pub endpoint: Option<String>,
+    pub in_flight: usize,
+    pub counts: ProbeCounts,
+    /// CloudStack refused the probe key: why, once; the probe stays off until the key changes.
+    pub refused: Option<String>,
+    /// The latest error that was not about one VM (a router lookup that failed, …).
+    pub last_error: Option<String>,
 }

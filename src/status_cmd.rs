@@ -407,7 +407,39 @@ pub fn render_human(r: &StatusReport) -> String {
             &rows,
         ));
     }
+    if let Some(p) = &r.probe {
+        out.push('\n');
+        out.push_str(&probe_line(p));
+    }
     out
+}
+
+/// The guest probe in one line: where it asks, what it got, and whether it is refused.
+fn probe_line(p: &crate::status::ProbeReport) -> String {
+    let c = &p.counts;
+    let mut line = format!(
+        "guest probe ({}): {} jobs started, {} in flight; {} replies, {} unanswered, {} without evidence; \
+         {} skipped for the budget, {} for the in-flight cap",
+        cell(p.endpoint.as_deref().unwrap_or("key not loaded")),
+        c.jobs_started,
+        p.in_flight,
+        c.replies,
+        c.no_replies,
+        c.no_evidence,
+        c.skipped_for_budget,
+        c.skipped_in_flight_cap
+    );
+    if let Some(why) = &p.refused {
+        line.push_str(&format!(
+            "; REFUSED, off until its key changes: {}",
+            cell(why)
+        ));
+    }
+    if let Some(e) = &p.last_error {
+        line.push_str(&format!("; last error: {}", cell(e)));
+    }
+    line.push('\n');
+    line
 }
 
 pub fn render(r: &StatusReport, format: OutputFormat) -> String {

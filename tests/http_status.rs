@@ -10,7 +10,8 @@ use capc_health_shim::http::{self, HttpState};
 use capc_health_shim::k8s::capi::{ApiChoice, ConditionLayout, Mode};
 use capc_health_shim::metrics::Metrics;
 use capc_health_shim::status::{
-    ClusterReport, FailureDomainReport, MachineReport, ScopeReport, StatusReport,
+    ClusterReport, FailureDomainReport, MachineReport, ProbeCounts, ProbeReport, ScopeReport,
+    StatusReport,
 };
 use capc_health_shim::verdict::Status;
 use jiff::Timestamp;
@@ -154,6 +155,22 @@ fn report() -> StatusReport {
             failing: 1,
             failure_ratio: 0.25,
         }],
+        probe: Some(ProbeReport {
+            enabled: true,
+            endpoint: Some("https://cloud.example/client/api".into()),
+            in_flight: 2,
+            counts: ProbeCounts {
+                replies: 40,
+                no_replies: 3,
+                no_evidence: 1,
+                jobs_started: 46,
+                router_lookups: 5,
+                skipped_for_budget: 0,
+                skipped_in_flight_cap: 1,
+            },
+            refused: None,
+            last_error: None,
+        }),
     }
 }
 

@@ -16,8 +16,16 @@ Environment (admin keys; the role is created with them, they are never printed):
   CLOUDSTACK_SECRET_KEY
   CLOUDSTACK_VERIFY_SSL  "false" to skip TLS verification (default: verify)
 
+The opt-in guest probe (docs/guest-probe.md) needs a second, separate key: `--probe` creates
+its role instead, of type Admin (runDiagnostics is annotated for Admin only, and only Admin
+callers may pass its `params`), allowing exactly listRouters, runDiagnostics and
+queryAsyncJobResult, then denying everything else. The final deny matters even more here: an
+Admin-type role without it may call every Admin API (DynamicRoleBasedAPIAccessChecker falls
+back to the command's annotation when no rule matches).
+
 Usage:
   create-role.py [--name capc-health-shim-ro] [--dry-run]
+  create-role.py --probe [--name capc-health-shim-probe] [--dry-run]
   create-role.py --call listApis name=listVirtualMachines   # one signed call, prints the JSON
 
 Exit codes: 0 done, 1 CloudStack refused a call or the role exists already, 2 usage/environment.
@@ -50,6 +58,18 @@ ALLOWED = [
     "listApis",
 ]
 RULES = [(api, "allow") for api in ALLOWED] + [("*", "deny")]
+
+PROBE_ROLE_NAME = "capc-health-shim-probe"
+PROBE_ROLE_TYPE = "Admin"
+PROBE_ROLE_DESCRIPTION = "capc-health-shim guest probe: arping from virtual routers (runDiagnostics) only"
+
+# The calls the guest probe makes, in the order the rules are created; then `*` deny.
+PROBE_ALLOWED = [
+    "listRouters",
+    "runDiagnostics",
+    "queryAsyncJobResult",
+]
+PROBE_RULES = [(api, "allow") for api in PROBE_ALLOWED] + [("*", "deny")]
 
 # java.net.URLEncoder leaves exactly these unescaped (space becomes '+', sent as %20).
 _SAFE = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-*_"
@@ -147,11 +167,17 @@ def redacted(url):
     return f"{base}?{'&'.join(pairs)}"
 
 
-def create_role(client, name, dry_run=False, out=sys.stdout):
+def create_role(client, name, dry_run=False, out=sys.stdout, probe=False):
     """createRole, then one createRolePermission per rule, in order. In a dry run, prints the
-    signed requests instead of sending them (the role id is shown as ROLE_ID)."""
-    steps = [("createRole", {"name": name, "type": ROLE_TYPE, "description": ROLE_DESCRIPTION})]
-    for rule, permission in RULES:
+    signed requests instead of sending them (the role id is shown as ROLE_ID). `probe`: the
+    guest probe's Admin-type role instead of the read-only one."""
+    role_type, description, rules = (
+        (PROBE_ROLE_TYPE, PROBE_ROLE_DESCRIPTION, PROBE_RULES)
+        if probe
+        else (ROLE_TYPE, ROLE_DESCRIPTION, RULES)
+    )
+    steps = [("createRole", {"name": name, "type": role_type, "description": description})]
+    for rule, permission in rules:
         steps.append(
             (
                 "createRolePermission",
@@ -197,7 +223,9 @@ def _usage_exit(message):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Create the read-only CloudStack role for capc-health-shim.")
-    p.add_argument("--name", default=ROLE_NAME, help=f"role name (default {ROLE_NAME})")
+    p.add_argument("--name", help=f"role name (default {ROLE_NAME}, with --probe {PROBE_ROLE_NAME})")
+    p.add_argument("--probe", action="store_true",
+                   help="create the guest probe's Admin-type role (listRouters, runDiagnostics, queryAsyncJobResult) instead")
     p.add_argument("--dry-run", action="store_true", help="print the signed requests, send nothing")
     p.add_argument("--call", nargs="+", metavar=("COMMAND", "NAME=VALUE"),
                    help="send one signed call with these keys and print the JSON answer (e.g. to check a key)")
@@ -211,7 +239,8 @@ def main(argv=None):
             result = client.call(command, **dict(kv.split("=", 1) for kv in pairs))
             print(json.dumps(result, indent=2, sort_keys=True))
             return 0
-        create_role(client, args.name, dry_run=args.dry_run)
+        name = args.name or (PROBE_ROLE_NAME if args.probe else ROLE_NAME)
+        create_role(client, name, dry_run=args.dry_run, probe=args.probe)
         return 0
     except ApiError as e:
         print(f"create-role.py: CloudStack refused {e}", file=sys.stderr)

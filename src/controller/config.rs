@@ -4,7 +4,7 @@
 use clap::{Args, ValueEnum};
 use jiff::SignedDuration;
 
-use crate::cli::{duration_in, parse_duration, parse_rate_limit, GraceArgs};
+use crate::cli::{duration_in, parse_duration, parse_rate_limit, GraceArgs, ProbeArgs};
 use crate::k8s::capi::Mode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -114,6 +114,38 @@ pub struct RunArgs {
     pub lease_namespace: Option<String>,
     #[command(flatten)]
     pub graces: GraceArgs,
+    /// The opt-in guest probe's key: a Secret (api-url, api-key, secret-key[, verify-ssl]) of
+    /// a CloudStack account whose role has type Admin (runDiagnostics is Admin-only), used for
+    /// nothing else; see hack/cloudstack-role/ and docs/guest-probe.md. Without it the probe
+    /// is off.
+    #[arg(long, env = "CAPC_HEALTH_PROBE_CREDENTIALS", value_name = "NAMESPACE/NAME", value_parser = parse_secret_ref)]
+    pub probe_credentials: Option<SecretRef>,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+}
+
+/// A Secret named as `NAMESPACE/NAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for SecretRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+pub fn parse_secret_ref(s: &str) -> Result<SecretRef, String> {
+    s.trim()
+        .split_once('/')
+        .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
+        .map(|(namespace, name)| SecretRef {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
+        .ok_or_else(|| format!("{s:?}: the Secret must be given as NAMESPACE/NAME"))
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! One poll cycle of the controller, as named phases:
 //!
 //! 1. [gather](super::gather): watched objects → targets; credentials → scopes.
-//! 2. [poll](super::poll): one CloudStack listing per scope into the VM histories.
+//! 2. [poll](super::poll): one CloudStack listing per scope into the VM histories; then
+//!    [probing](super::probing): the opt-in guest probe collects answers and starts due
+//!    probes (it also steps between cycles).
 //! 3. [decide](super::decide): the one decision pipeline (`verdict::decide`), with the
 //!    NodeNotLinked lookup between its passes.
 //! 4. [act](super::act): condition writes, Events, the remediate annotation — each behind the
@@ -46,6 +48,8 @@ pub struct Controller {
     /// What this process last wrote per Machine uid: the watch cache can lag behind our own
     /// writes, and a lagging read must not cause a second write.
     pub(super) written: HashMap<String, Written>,
+    /// The opt-in guest probe (off without `--probe-credentials`).
+    pub(super) probing: super::probing::Probing,
 }
 
 /// A condition this process wrote, and the version of the Machine it was based on.
@@ -81,7 +85,10 @@ impl Controller {
         report: Arc<RwLock<StatusReport>>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let graces = args.graces.graces(args.poll_interval);
+        let mut graces = args.graces.graces(args.poll_interval);
+        if args.probe_credentials.is_some() {
+            graces.probe = Some(args.probe.graces(graces.stats_interval));
+        }
         let guard = args.graces.guard();
         let events = Events::new(&client, &resources.machine);
         let lease = Arc::new(LeaseGate::unelected(to_std(args.kube_timeout)));
@@ -99,6 +106,7 @@ impl Controller {
             lease,
             scopes: BTreeMap::new(),
             written: HashMap::new(),
+            probing: Default::default(),
         }
     }
 
@@ -115,7 +123,12 @@ impl Controller {
         let summary = async {
             let mut summary = CycleSummary::default();
             let gathered = self.gather(now, &mut summary).await;
+            self.refresh_probe_key().await;
             self.poll(now).await;
+            // Right after the poll: a first flat sample is the moment to ask the guest, and
+            // answers that came in since the last step count in this cycle's decisions.
+            self.note_probe_facts(&gathered);
+            self.probe_step(now).await;
             let decided = self.decide(&gathered, now, &mut summary).await;
             let escalations = self.act(&gathered, &decided, now, &mut summary).await;
             self.report(&gathered, &decided, escalations, &summary, now)

@@ -20,6 +20,7 @@ pub mod kube_error;
 pub mod kube_io;
 pub mod leadership;
 pub mod poll;
+pub mod probing;
 pub mod report;
 pub mod run;
 pub mod targets;

@@ -48,6 +48,14 @@ impl Controller {
             .map(|s| s.report.clone())
             .collect();
         r.failure_domains = failure_domains;
+        r.probe = self.probe_report();
+        if let Some(p) = r.probe.clone() {
+            r.problems.extend(p.last_error);
+            r.problems.extend(
+                p.refused
+                    .map(|why| format!("guest probe off: CloudStack refused its key ({why})")),
+            );
+        }
     }
 
     fn machine_report(

@@ -290,7 +290,7 @@ pub async fn main(args: RunArgs) -> u8 {
                 code = exit::LOST_LEASE;
                 break;
             }
-            _ = tokio::time::sleep(jittered(interval)) => {}
+            _ = controller.wait_probing(jittered(interval)) => {}
         }
     }
     metrics.set_leader(false);

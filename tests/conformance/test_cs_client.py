@@ -80,3 +80,36 @@ def test_page_size_above_the_servers_maximum_is_a_431(sim):
         client(sim).listVirtualMachines(listall=True, page=1, pagesize=501)
     assert err.value.response.status_code == 431
     assert "Page size can't exceed max allowed page size value: 500" in err.value.error["errortext"]
+
+
+def test_list_routers_and_an_arping_diagnostics_job_through_cs(sim):
+    # The probe's calls (docs/guest-probe.md): find the Running router of the VM's network,
+    # run arping in it, poll queryAsyncJobResult until the job is done.
+    vm = create_vm(sim, "probe-target")
+    # The guest configures its address at the end of the boot's DHCP phase (simulated time).
+    resp = requests.post(sim["base"] + "/sim/clock", json={"advance_seconds": 30}, timeout=10)
+    assert resp.status_code == 200, resp.text
+    cs = client(sim)
+    [nic] = cs.listNics(virtualmachineid=vm["id"])["nic"]
+    routers = cs.listRouters(networkid=nic["networkid"], state="Running", listall=True, projectid=-1)
+    assert routers["count"] == 1
+    [router] = routers["router"]
+    assert router["role"] == "VIRTUAL_ROUTER"
+    assert router["nic"][0]["networkid"] == nic["networkid"]
+
+    submitted = cs.runDiagnostics(targetid=router["id"], ipaddress=nic["ipaddress"], type="arping", params="-c 3 -f")
+    jobid = submitted["jobid"]
+    job = cs.queryAsyncJobResult(jobid=jobid)
+    for _ in range(50):  # the job lasts one simulated second (real time here)
+        if job["jobstatus"] != 0:
+            break
+        requests.post(sim["base"] + "/sim/clock", json={"advance_seconds": 0.5}, timeout=10)
+        job = cs.queryAsyncJobResult(jobid=jobid)
+    assert job["jobstatus"] == 1, job
+    assert list(job["jobresult"]) == ["diagnostics"]
+    d = job["jobresult"]["diagnostics"]
+    assert d["exitcode"] == "0"
+    assert d["stderr"] == "b''"
+    assert d["stdout"].startswith(f"b'ARPING {nic['ipaddress']} from {router['guestipaddress']} eth0\\n")
+    assert f"Unicast reply from {nic['ipaddress']} [{nic['macaddress'].upper()}]" in d["stdout"]
+    assert d["stdout"].endswith("Received 1 response(s)\\n'")

@@ -183,3 +183,90 @@ def test_the_shim_itself_works_with_the_role_key(seed_sim):
     assert out.returncode == 0, out.stdout + out.stderr
     reports = json.loads(out.stdout)
     assert reports, "the role key sees the seed VMs"
+
+
+def test_probe_cloudmonkey_commands_and_script_create_the_same_rules():
+    text = (ROLE_DIR / "cloudmonkey-probe.txt").read_text()
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    creates = [line for line in lines if line.startswith("create role ")]
+    assert len(creates) == 1 and "name=capc-health-shim-probe" in creates[0] and "type=Admin" in creates[0]
+    rules = []
+    for line in lines:
+        if line.startswith("create rolepermission "):
+            kv = dict(part.split("=", 1) for part in line.split()[2:])
+            rules.append((kv["rule"], kv["permission"]))
+    assert rules == role.PROBE_RULES
+    assert rules[-1] == ("*", "deny"), "an Admin-type role without the final deny may call every Admin API"
+    assert [r for r, _ in rules[:-1]] == role.PROBE_ALLOWED
+
+
+def test_the_probe_dry_run_creates_an_admin_role_with_exactly_the_probe_rules(sim):
+    out = run_script(sim, "--probe", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    requests = [urllib.parse.parse_qs(urllib.parse.urlsplit(line.split(" ", 1)[1]).query)
+                for line in out.stdout.splitlines() if line.startswith("GET ")]
+    assert requests[0]["command"] == ["createRole"]
+    assert requests[0]["name"] == ["capc-health-shim-probe"] and requests[0]["type"] == ["Admin"]
+    rules = [(r["rule"][0], r["permission"][0]) for r in requests[1:]]
+    assert rules == role.PROBE_RULES
+
+
+def test_the_seed_scenarios_probe_account_has_exactly_the_probe_role():
+    seed = json.loads((ROOT / "cloudstack-fixtures" / "scenarios" / "seed.json").read_text())
+    [probe] = [a for a in seed["accounts"] if a["name"] == "probe"]
+    assert probe["role"]["type"] == role.PROBE_ROLE_TYPE
+    assert [(r["rule"], r["permission"]) for r in probe["role"]["rules"]] == role.PROBE_RULES
+
+
+def test_a_probe_key_arpings_from_the_router_and_can_do_nothing_else(seed_sim):
+    probe = account(seed_sim, "probe")
+    capi = account(seed_sim, "capi")
+    vm = capi.call("listVirtualMachines", listall="true", details="nics")["virtualmachine"][0]
+    nic = vm["nic"][0]
+    routers = probe.call("listRouters", networkid=nic["networkid"], state="Running",
+                         listall="true", projectid="-1")
+    assert routers.get("count", 0) >= 1, routers
+    router = routers["router"][0]
+    job = probe.call("runDiagnostics", targetid=router["id"], ipaddress=nic["ipaddress"],
+                     type="arping", params="-c 3 -f")
+    assert job.get("jobid"), job
+    result = probe.call("queryAsyncJobResult", jobid=job["jobid"])
+    assert result["jobstatus"] in (0, 1), result
+    # The final `*` deny: no VM listing, no role administration, nothing but the three calls.
+    for command, args in [("listVirtualMachines", {"listall": "true"}), ("createRole", {"name": "x", "type": "Admin"}),
+                          ("listApis", {})]:
+        with pytest.raises(role.ApiError) as err:
+            probe.call(command, **args)
+        assert err.value.status in (401, 432), (command, err.value)
+
+
+def test_the_shims_check_probes_with_the_probe_key(seed_sim, tmp_path):
+    sim_bin = os.environ.get("CLOUDSTACK_SIM_BIN")
+    shim = Path(sim_bin).with_name("capc-health-shim") if sim_bin else debug_binary("capc-health-shim")
+    if not shim.exists():
+        pytest.fail(f"{shim} not found: run `cargo build --workspace --bins` first (make test does)")
+    seed = json.loads(seed_sim["scenario"].read_text())
+    keys = {a["name"]: a for a in seed["accounts"]}
+    probe_file = tmp_path / "probe-credentials"
+    probe_file.write_text(
+        f"api-url: {seed_sim['endpoint']}\napi-key: {keys['probe']['api_key']}\n"
+        f"secret-key: {keys['probe']['secret_key']}\n"
+    )
+    env = dict(
+        os.environ,
+        CLOUDSTACK_API_URL=seed_sim["endpoint"],
+        CLOUDSTACK_API_KEY=keys["capi"]["api_key"],
+        CLOUDSTACK_SECRET_KEY=keys["capi"]["secret_key"],
+    )
+    out = subprocess.run(
+        [str(shim), "check", "--polls", "4", "--interval", "2s", "--stats-interval", "2s",
+         "--probe-credentials-file", str(probe_file), "-o", "json"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    [line] = [l for l in out.stderr.splitlines() if l.startswith("probe:")]
+    jobs = int(line.split()[1])
+    replies = int(line.split(", ")[1].split()[0])
+    assert jobs >= 1 and replies >= 1, line
+    assert "refused" not in line, line
+    assert keys["probe"]["secret_key"] not in out.stdout + out.stderr

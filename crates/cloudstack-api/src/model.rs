@@ -10,6 +10,9 @@ use std::fmt;
 use jiff::Timestamp;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+mod router;
+pub use router::{pick_router, DiagnosticsOutput, Router, RouterNic};
+
 /// A VM state as CloudStack reports it (`com.cloud.vm.VirtualMachine.State`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum VmState {

@@ -394,6 +394,170 @@ pub fn parse_capabilities(reply: Reply<'_>) -> Result<Capabilities, CloudStackEr
         .map_err(|e| CloudStackError::malformed(format!("listCapabilities: {e}")))
 }
 
+/// Where an async job stands (`queryAsyncJobResult`, `AsyncJobResponse.java@e65c555a`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AsyncJobState {
+    /// `jobstatus` 0.
+    Pending,
+    /// `jobstatus` 1: the job's result, read like cloudstack-go does (see [`single_result`]).
+    Succeeded(Value),
+    /// `jobstatus` 2: `errorcode` and the sanitized `errortext` of the job's result.
+    Failed {
+        errorcode: Option<u32>,
+        text: String,
+    },
+}
+
+/// The text of a failed job that came without an `errortext`.
+pub const JOB_FAILED_WITHOUT_TEXT: &str = "the job failed without an error text";
+
+/// Reads an async command's answer (`runDiagnostics` …): the job id it queued.
+pub fn parse_job_id(command: &str, reply: Reply<'_>) -> Result<String, CloudStackError> {
+    let value = body_json(reply)?;
+    let inner = inner_object(command, None, reply, &value)?;
+    let id = match inner.get("jobid") {
+        Some(Value::String(s)) => s.trim().to_string(),
+        Some(Value::Number(n)) => n.to_string(),
+        None | Some(Value::Null) => {
+            return Err(CloudStackError::malformed(format!(
+                "{command}: no `jobid` in the answer of an async command"
+            )))
+        }
+        Some(other) => {
+            return Err(CloudStackError::malformed(format!(
+                "{command}: `jobid` is {}, expected a string",
+                json_type(other)
+            )))
+        }
+    };
+    // The id goes back to the server as a parameter and into logs: only what a UUID (or an
+    // old numeric id) is made of.
+    let plausible = !id.is_empty()
+        && id.len() <= 64
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+    if !plausible {
+        return Err(CloudStackError::malformed(format!(
+            "{command}: `jobid` {:?} is not an id",
+            sanitize_text(&id, 80)
+        )));
+    }
+    Ok(id)
+}
+
+/// Parses `queryAsyncJobResult`. `jobstatus` 0 is pending; 1 success and 2 failure as
+/// cloudstack-go reads them (`cloudstack/cloudstack.go@e463cd1c` l. 501–512). A failed job's
+/// `jobresult` carries `errorcode`/`errortext` instead of the object
+/// (`ResponseObjectTypeAdapter.java@830f3061`).
+pub fn parse_async_job(reply: Reply<'_>) -> Result<AsyncJobState, CloudStackError> {
+    const COMMAND: &str = "queryAsyncJobResult";
+    let value = body_json(reply)?;
+    let inner = inner_object(COMMAND, None, reply, &value)?;
+    let status = match inner.get("jobstatus") {
+        None | Some(Value::Null) => {
+            return Err(CloudStackError::malformed(format!(
+                "{COMMAND}: no `jobstatus` in the answer"
+            )))
+        }
+        Some(v) => lenient_u64(v).ok_or_else(|| {
+            CloudStackError::malformed(format!(
+                "{COMMAND}: `jobstatus` is {}, not a number",
+                json_type(v)
+            ))
+        })?,
+    };
+    match status {
+        0 => Ok(AsyncJobState::Pending),
+        1 => {
+            let result = inner.get("jobresult").ok_or_else(|| {
+                CloudStackError::malformed(format!(
+                    "{COMMAND}: the job succeeded but the answer has no `jobresult`"
+                ))
+            })?;
+            single_result(result).map(|v| AsyncJobState::Succeeded(v.clone()))
+        }
+        2 => {
+            let result = inner.get("jobresult");
+            let code = |v: Option<&Value>| {
+                v.and_then(lenient_u64)
+                    .and_then(|c| u32::try_from(c).ok())
+                    .filter(|c| *c != 0)
+            };
+            let errorcode = code(result.and_then(|r| r.get("errorcode")))
+                .or_else(|| code(inner.get("jobresultcode")));
+            let text = match result.and_then(|r| r.get("errortext")) {
+                Some(Value::String(s)) => sanitize_text(s, MAX_ERRORTEXT_CHARS),
+                Some(Value::Null) | None => String::new(),
+                Some(other) => sanitize_text(&other.to_string(), MAX_ERRORTEXT_CHARS),
+            };
+            let text = if text.is_empty() {
+                JOB_FAILED_WITHOUT_TEXT.to_string()
+            } else {
+                text
+            };
+            Ok(AsyncJobState::Failed { errorcode, text })
+        }
+        other => Err(CloudStackError::malformed(format!(
+            "{COMMAND}: unknown `jobstatus` {other} (0 pending, 1 succeeded, 2 failed)"
+        ))),
+    }
+}
+
+/// The result inside a job's `jobresult`, read the way cloudstack-go's `getRawValue` does
+/// (`cloudstack/cloudstack.go@e463cd1c` l. 639–671, docs/guest-probe.md §6): the value of the
+/// one key, whatever its name (`diagnostics` today, `rundiagnosticsresponse` in older
+/// releases, `RunDiagnosticsCmd.java@0ecc61aa`); with a `count` key, the first element of the
+/// array under the other key. Zero keys, several keys or an empty list are malformed, where
+/// cloudstack-go would pick one of several at random or index an empty array.
+pub fn single_result(jobresult: &Value) -> Result<&Value, CloudStackError> {
+    const WHAT: &str = "queryAsyncJobResult: `jobresult`";
+    let Value::Object(map) = jobresult else {
+        return Err(CloudStackError::malformed(format!(
+            "{WHAT} is {}, expected an object",
+            json_type(jobresult)
+        )));
+    };
+    let has_count = map.contains_key("count");
+    let others: Vec<(&String, &Value)> = map.iter().filter(|(k, _)| *k != "count").collect();
+    let (key, value) = match others.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(CloudStackError::malformed(format!(
+                "{WHAT} holds no result (no key{})",
+                if has_count { " besides `count`" } else { "" }
+            )))
+        }
+        several => {
+            let names: Vec<&str> = several.iter().take(5).map(|(k, _)| k.as_str()).collect();
+            return Err(CloudStackError::malformed(format!(
+                "{WHAT} holds {} results ({}{}), expected one",
+                several.len(),
+                sanitize_text(&names.join(", "), 120),
+                if several.len() > names.len() {
+                    ", …"
+                } else {
+                    ""
+                }
+            )));
+        }
+    };
+    if !has_count {
+        return Ok(value);
+    }
+    match value {
+        Value::Array(items) => items.first().ok_or_else(|| {
+            CloudStackError::malformed(format!(
+                "{WHAT}: the list under `{}` is empty",
+                sanitize_text(key, 60)
+            ))
+        }),
+        other => Err(CloudStackError::malformed(format!(
+            "{WHAT}: `{}` is {} next to `count`, expected an array",
+            sanitize_text(key, 60),
+            json_type(other)
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,5 +662,158 @@ mod tests {
                 .kind(),
             "malformed"
         );
+    }
+
+    fn job(body: &str) -> Result<AsyncJobState, CloudStackError> {
+        parse_async_job(Reply::json(body.as_bytes()))
+    }
+
+    #[test]
+    fn a_pending_job_is_pending() {
+        for body in [
+            r#"{"queryasyncjobresultresponse":{"jobid":"j-1","jobstatus":0,"jobprocstatus":0,"jobresultcode":0,"cmd":"org.apache.cloudstack.api.command.admin.diagnostics.RunDiagnosticsCmd"}}"#,
+            r#"{"queryasyncjobresultresponse":{"jobid":"j-1","jobstatus":"0"}}"#,
+        ] {
+            assert_eq!(job(body).unwrap(), AsyncJobState::Pending, "{body}");
+        }
+    }
+
+    #[test]
+    fn a_finished_probe_gives_the_value_under_its_one_key() {
+        // `diagnostics` today (RunDiagnosticsCmd@c098aaa2), `rundiagnosticsresponse` before
+        let out = serde_json::json!({"stdout":"b'x'","stderr":"b''","exitcode":"0"});
+        for key in ["diagnostics", "rundiagnosticsresponse", "anything"] {
+            let body = serde_json::json!({"queryasyncjobresultresponse": {
+                "jobid": "j-1", "jobstatus": 1, "jobresultcode": 0, "jobresulttype": "object",
+                "jobresult": {key: out.clone()}}})
+            .to_string();
+            assert_eq!(
+                job(&body).unwrap(),
+                AsyncJobState::Succeeded(out.clone()),
+                "{key}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_job_gives_its_code_and_sanitized_text() {
+        let e = job(r#"{"queryasyncjobresultresponse":{"jobid":"j-1","jobstatus":2,"jobresultcode":530,"jobresulttype":"object",
+            "jobresult":{"uuidList":[],"errorcode":530,"cserrorcode":4250,
+            "errortext":"Unable to find host for virtual machine instance: r-7-VM\n at /client/api?signature=AbC%2B"}}}"#)
+        .unwrap();
+        assert_eq!(
+            e,
+            AsyncJobState::Failed {
+                errorcode: Some(530),
+                text: "Unable to find host for virtual machine instance: r-7-VM at /client/api?signature=<redacted>".into(),
+            }
+        );
+        // no jobresult: the code from jobresultcode, a text that says so
+        let e = job(r#"{"queryasyncjobresultresponse":{"jobstatus":"2","jobresultcode":"530"}}"#)
+            .unwrap();
+        assert_eq!(
+            e,
+            AsyncJobState::Failed {
+                errorcode: Some(530),
+                text: JOB_FAILED_WITHOUT_TEXT.into()
+            }
+        );
+        let e = job(
+            r#"{"queryasyncjobresultresponse":{"jobstatus":2,"jobresult":{"errortext":["odd"]}}}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(&e, AsyncJobState::Failed { errorcode: None, text } if text.contains("odd")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn malformed_job_answers_are_malformed() {
+        for body in [
+            r#"{"queryasyncjobresultresponse":{"jobid":"j-1"}}"#,
+            r#"{"queryasyncjobresultresponse":{"jobstatus":"done"}}"#,
+            r#"{"queryasyncjobresultresponse":{"jobstatus":3}}"#,
+            r#"{"queryasyncjobresultresponse":{"jobstatus":1}}"#,
+            r#"{"queryasyncjobresultresponse":{"jobstatus":1,"jobresult":{}}}"#,
+            r#"{"queryasyncjobresultresponse":{"jobstatus":1,"jobresult":{"a":{},"b":{}}}}"#,
+            r#"{"queryasyncjobresultresponse":{"jobstatus":1,"jobresult":"ok"}}"#,
+            r#"[1]"#,
+        ] {
+            let e = job(body).unwrap_err();
+            assert_eq!(e.kind(), "malformed", "{body}: {e}");
+            assert!(e.to_string().contains("could not be read"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_login_page_or_an_error_envelope_is_not_a_job() {
+        let r = Reply::new(
+            200,
+            Some("text/html"),
+            b"<html><body><h1>Login</h1></body></html>",
+        );
+        assert_eq!(parse_async_job(r).unwrap_err().kind(), "not_json");
+        let e = job(r#"{"queryasyncjobresultresponse":{"uuidList":[],"errorcode":431,"cserrorcode":4350,"errortext":"Unable to execute API command queryasyncjobresult due to invalid value. Invalid parameter jobid value=0d1e6f3a-8a43-4b4e-9b1c-2f0c7d5e9a11 due to incorrect long value format, or entity does not exist"}}"#)
+            .unwrap_err();
+        assert_eq!(e.kind(), "invalid_parameter");
+    }
+
+    #[test]
+    fn single_result_follows_get_raw_value() {
+        use serde_json::json;
+        let one = json!({"diagnostics": {"exitcode": "0"}});
+        assert_eq!(single_result(&one).unwrap(), &json!({"exitcode": "0"}));
+        // a list answer: the first element of the array next to `count`
+        let list = json!({"count": 2, "router": [{"id": "a"}, {"id": "b"}]});
+        assert_eq!(single_result(&list).unwrap(), &json!({"id": "a"}));
+        let scalar = json!({"success": true});
+        assert_eq!(single_result(&scalar).unwrap(), &json!(true));
+        for (bad, says) in [
+            (json!({}), "no result"),
+            (json!({"count": 0}), "besides `count`"),
+            (json!({"count": 0, "router": []}), "is empty"),
+            (
+                json!({"count": 1, "router": {"id": "a"}}),
+                "expected an array",
+            ),
+            (json!({"a": 1, "b": 2}), "holds 2 results (a, b)"),
+            (json!({"a": 1, "b": 2, "count": 1}), "holds 2 results"),
+            (json!(["x"]), "is an array"),
+            (json!(null), "is null"),
+        ] {
+            let e = single_result(&bad).unwrap_err();
+            assert_eq!(e.kind(), "malformed", "{bad}");
+            assert!(e.to_string().contains(says), "{bad}: {e}");
+        }
+        let many: serde_json::Map<String, Value> =
+            (0..9).map(|i| (format!("k{i}"), json!(i))).collect();
+        let e = single_result(&Value::Object(many)).unwrap_err().to_string();
+        assert!(e.contains("holds 9 results") && e.contains(", …"), "{e}");
+    }
+
+    #[test]
+    fn the_job_id_of_an_async_command_is_read_and_checked() {
+        let id = |body: &str| parse_job_id("runDiagnostics", Reply::json(body.as_bytes()));
+        assert_eq!(
+            id(r#"{"rundiagnosticsresponse":{"id":"r-1","jobid":"5f3c1f8e-7a0d-4d6f-9a1e-0c2b3d4e5f60"}}"#).unwrap(),
+            "5f3c1f8e-7a0d-4d6f-9a1e-0c2b3d4e5f60"
+        );
+        assert_eq!(
+            id(r#"{"rundiagnosticsresponse":{"jobid":42}}"#).unwrap(),
+            "42"
+        );
+        for bad in [
+            r#"{"rundiagnosticsresponse":{}}"#,
+            r#"{"rundiagnosticsresponse":{"jobid":""}}"#,
+            r#"{"rundiagnosticsresponse":{"jobid":"a&command=deleteAccount"}}"#,
+            r#"{"rundiagnosticsresponse":{"jobid":{"x":1}}}"#,
+        ] {
+            assert_eq!(id(bad).unwrap_err().kind(), "malformed", "{bad}");
+        }
+        // the role checker's answer stays the typed error it is
+        let e = id(r#"{"rundiagnosticsresponse":{"uuidList":[],"errorcode":432,"cserrorcode":9999,"errortext":"The API runDiagnostics is denied for the account's role."}}"#)
+            .unwrap_err();
+        assert_eq!(e.kind(), "not_allowed");
     }
 }

@@ -1,5 +1,6 @@
 //! The `/sim/…` admin JSON API: VMs (create, inspect, faults, guest traffic profile), hosts,
-//! settings, API-level faults, call counts, reset and the clock.
+//! settings, API-level faults, call counts, reset and the clock, networks and their virtual
+//! routers.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -11,7 +12,9 @@ use serde_json::{json, Value};
 use super::scenario;
 use super::server::App;
 use super::traffic::Profile;
-use super::world::{format_time, Fault, Host, Row, Throttle, Vm, World, WorldError};
+use super::world::{
+    format_time, Fault, Host, Owner, Router, RouterState, Row, Throttle, Vm, World, WorldError,
+};
 
 fn admin_error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(json!({"error": msg.into()}))).into_response()
@@ -482,4 +485,146 @@ pub(crate) async fn admin_set_settings(State(app): State<App>, body: Bytes) -> R
     }
     st.world.settings = s;
     Json(settings_json(&st.world)).into_response()
+}
+
+// ---- networks and virtual routers -------------------------------------------------------
+
+fn owner_json(w: &World, o: Owner) -> Value {
+    match o {
+        Owner::System => json!({"account": "system"}),
+        Owner::Account(a) => json!({"account": w.accounts.get(a).map(|a| a.name.clone())}),
+        Owner::Project(p) => json!({"project": w.projects.get(p).map(|p| p.name.clone())}),
+    }
+}
+
+fn network_admin_json(w: &World, i: usize) -> Value {
+    let n = &w.networks[i];
+    json!({
+        "id": n.id,
+        "name": n.name,
+        "type": n.kind.as_str(),
+        "zone": w.zones.get(n.zone).map(|z| z.name.clone()),
+        "cidr": crate::directory::cidr_of(n),
+        "gateway": n.gateway.to_string(),
+        "virtual_router": n.virtual_router,
+        "owner": owner_json(w, n.owner),
+        "routers": w.routers_of(i).into_iter().map(|r| w.routers[r].id.clone()).collect::<Vec<_>>(),
+    })
+}
+
+fn router_admin_json(w: &World, r: &Router) -> Value {
+    let host = r.host.and_then(|h| w.hosts.get(h));
+    json!({
+        "id": r.id,
+        "name": r.name,
+        "state": r.state.as_str(),
+        "network": w.networks.get(r.network).map(|n| n.name.clone()),
+        "networkid": w.networks.get(r.network).map(|n| n.id.clone()),
+        "host": host.map(|h| h.name.clone()),
+        "hostid": host.map(|h| h.id.clone()),
+        "guestipaddress": r.guest_ip.to_string(),
+        "macaddress": r.guest_mac,
+        "owner": owner_json(w, r.owner(w)),
+        "busy_until": format_time(r.busy_until),
+    })
+}
+
+/// `GET /sim/networks`: every network with its owner and router ids.
+pub(crate) async fn admin_list_networks(State(app): State<App>) -> Response {
+    let st = app.sim.lock_advanced();
+    let w = &st.world;
+    let nets: Vec<Value> = (0..w.networks.len())
+        .map(|i| network_admin_json(w, i))
+        .collect();
+    Json(json!({"networks": nets})).into_response()
+}
+
+/// `POST /sim/networks`: the scenario's network keys (`name`, `cidr`, `zone`, `gateway`,
+/// `type`, `id`, `virtual_router`, `router_state`, `account`, `project`); 201 with the
+/// network's view.
+pub(crate) async fn admin_create_network(State(app): State<App>, body: Bytes) -> Response {
+    let v = match parse_body(&body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    let spec = match scenario::network_spec(&v, "$") {
+        Ok(s) => s,
+        Err(e) => {
+            return admin_error(
+                StatusCode::BAD_REQUEST,
+                format!("{}: {}", e.path, e.message),
+            )
+        }
+    };
+    let mut st = app.sim.lock_advanced();
+    match st.world.add_network_spec(&spec) {
+        Ok(i) => (StatusCode::CREATED, Json(network_admin_json(&st.world, i))).into_response(),
+        Err(e) => world_error(e),
+    }
+}
+
+/// `GET /sim/routers`: every virtual router.
+pub(crate) async fn admin_list_routers(State(app): State<App>) -> Response {
+    let st = app.sim.lock_advanced();
+    let w = &st.world;
+    let routers: Vec<Value> = w.routers.iter().map(|r| router_admin_json(w, r)).collect();
+    Json(json!({"routers": routers})).into_response()
+}
+
+pub(crate) async fn admin_get_router(State(app): State<App>, Path(id): Path<String>) -> Response {
+    let st = app.sim.lock_advanced();
+    match st.world.router_index(&id) {
+        Some(i) => Json(router_admin_json(&st.world, &st.world.routers[i])).into_response(),
+        None => admin_error(StatusCode::NOT_FOUND, format!("no router {id:?}")),
+    }
+}
+
+/// `POST /sim/routers/{id}` `{"state": "Running" | "Stopped" | "Starting"}` (id or name):
+/// applied now; Stopped takes the router's host away.
+pub(crate) async fn admin_set_router(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let v = match parse_body(&body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    let Some(state) = v
+        .get("state")
+        .and_then(Value::as_str)
+        .and_then(RouterState::parse)
+    else {
+        return admin_error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "body must be {{\"state\": S}} with S one of: {}",
+                RouterState::names()
+            ),
+        );
+    };
+    let mut st = app.sim.lock_advanced();
+    let Some(i) = st.world.router_index(&id) else {
+        return admin_error(StatusCode::NOT_FOUND, format!("no router {id:?}"));
+    };
+    if let Err(e) = st.world.set_router_state_now(i, state) {
+        return world_error(e);
+    }
+    Json(router_admin_json(&st.world, &st.world.routers[i])).into_response()
+}
+
+/// `GET /sim/root-admin`: the root admin account's name and API key (never the secret: the
+/// caller started the simulator with it, see `Simulator::root_admin_keys`).
+pub(crate) async fn admin_root_admin(State(app): State<App>) -> Response {
+    let st = app.sim.lock();
+    let w = &st.world;
+    match w.root_admin_keys() {
+        Some((key, _)) => {
+            let name = w
+                .account_by_api_key(&key)
+                .map(|i| w.accounts[i].name.clone());
+            Json(json!({"account": name, "apikey": key})).into_response()
+        }
+        None => admin_error(StatusCode::NOT_FOUND, "no root admin account"),
+    }
 }

@@ -132,10 +132,22 @@ pub struct AffinityGroup {
 /// The command an async job runs, and the object it works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobCommand {
-    DeployVm { vm: usize },
-    DestroyVm { vm: usize },
-    CreateAffinityGroup { group: usize },
-    DeleteAffinityGroup { group: usize },
+    DeployVm {
+        vm: usize,
+    },
+    DestroyVm {
+        vm: usize,
+    },
+    CreateAffinityGroup {
+        group: usize,
+    },
+    DeleteAffinityGroup {
+        group: usize,
+    },
+    /// `runDiagnostics` on a router (`None`: the target was not a system VM).
+    RunDiagnostics {
+        router: Option<usize>,
+    },
 }
 
 impl JobCommand {
@@ -154,6 +166,9 @@ impl JobCommand {
             Self::DeleteAffinityGroup { .. } => {
                 "org.apache.cloudstack.api.command.user.affinitygroup.DeleteAffinityGroupCmd"
             }
+            Self::RunDiagnostics { .. } => {
+                "org.apache.cloudstack.api.command.admin.diagnostics.RunDiagnosticsCmd"
+            }
         }
     }
 
@@ -162,6 +177,8 @@ impl JobCommand {
         match self {
             Self::DeployVm { .. } | Self::DestroyVm { .. } => "VirtualMachine",
             Self::CreateAffinityGroup { .. } | Self::DeleteAffinityGroup { .. } => "AffinityGroup",
+            // RunDiagnosticsCmd.getInstanceType: ApiCommandJobType.SystemVm (RDC@0ecc61aa).
+            Self::RunDiagnostics { .. } => "SystemVm",
         }
     }
 }

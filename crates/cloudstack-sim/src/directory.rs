@@ -16,13 +16,13 @@ use super::catalog::{address_id, AffinityGroup, DiskOffering, ServiceOffering, T
 use super::commands::{vm_visible_to, SIM_OS_ID};
 use super::world::{format_time, Account, AccountType, Network, NetworkType, Vm, VmState, World};
 
-const ROOT_DOMAIN: &str = "ROOT";
+pub(crate) const ROOT_DOMAIN: &str = "ROOT";
 const UNLIMITED: &str = "Unlimited";
 
 // ---- shared helpers --------------------------------------------------------------------
 
 /// The requested page of `items`, with `count` = all of them.
-fn page(call: &Call<'_>, items: Vec<Value>) -> Reply {
+pub(crate) fn page(call: &Call<'_>, items: Vec<Value>) -> Reply {
     let count = items.len();
     let range = call.paging.slice(&items);
     Reply::List {
@@ -67,7 +67,7 @@ impl<'a> NameFilter<'a> {
 }
 
 /// `domainid` must be the ROOT domain when given (the simulator has no other).
-fn check_domain(call: &Call<'_>) -> Result<(), ApiError> {
+pub(crate) fn check_domain(call: &Call<'_>) -> Result<(), ApiError> {
     match call.get_nonempty("domainid") {
         Some(d) if d != call.world.domain_id => Err(call.bad("domainid", d)),
         _ => Ok(()),

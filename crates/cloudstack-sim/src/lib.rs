@@ -43,6 +43,7 @@
 //! - [`directory`]: users, keys, domain, accounts, projects, zones, networks, offerings,
 //!   templates, public addresses, volumes (what a cluster provider looks up).
 //! - [`provisioning`]: deploy/destroy VMs, affinity groups, `queryAsyncJobResult`.
+//! - [`routers`]: `listRouters` and `runDiagnostics` (virtual routers of guest networks).
 //! - [`scenario`]: scenario file parsing with path-precise errors.
 //! - [`server`]: the HTTP server, admin API and API-level fault injection.
 
@@ -53,6 +54,7 @@ pub mod clock;
 pub mod commands;
 pub mod directory;
 pub mod provisioning;
+pub mod routers;
 pub mod scenario;
 pub mod server;
 pub mod traffic;
@@ -69,8 +71,8 @@ pub use server::{serve, serve_tls, tls_config, ApiFaults, SimServer};
 pub use traffic::Profile;
 pub use world::{
     AccountType, Fault, GuestKind, HostChange, HostControl, HostStatus, Hypervisor, Ms,
-    NetworkType, ResourceState, Role, RoleRule, Settings, Throttle, VmSpec, VmState, World,
-    WorldError,
+    NetworkSpec, NetworkType, Owner, ResourceState, Role, RoleRule, RouterState, Settings,
+    Throttle, VmSpec, VmState, World, WorldError,
 };
 
 /// Per-command, per-result call counts (`GET /sim/calls`), and how many `vm_stats` rows the
@@ -233,6 +235,48 @@ impl Simulator {
             w.apply_fault_now(i, fault);
             Ok(())
         })
+    }
+
+    /// Creates a guest network now (with its virtual router when its offering has a
+    /// VirtualRouter service, see [`NetworkSpec`]); returns the network's UUID.
+    pub fn add_network(&self, spec: &NetworkSpec) -> Result<String, WorldError> {
+        self.with_world(|w| {
+            let i = w.add_network_spec(spec)?;
+            Ok(w.networks[i].id.clone())
+        })
+    }
+
+    /// The UUIDs of a network's (by name or id) virtual routers: none for L2 and router-less
+    /// networks.
+    pub fn routers_of(&self, network: &str) -> Result<Vec<String>, WorldError> {
+        self.with_world(|w| {
+            let n = w
+                .network_index(network)
+                .ok_or_else(|| WorldError::NotFound(format!("no network {network:?}")))?;
+            Ok(w.routers_of(n)
+                .into_iter()
+                .map(|r| w.routers[r].id.clone())
+                .collect())
+        })
+    }
+
+    /// Sets a router's (by id or name `r-N-VM`) state now: Stopped takes its host away,
+    /// Running and Starting give it one.
+    pub fn set_router_state(&self, router: &str, state: RouterState) -> Result<(), WorldError> {
+        self.with_world(|w| {
+            let i = w
+                .router_index(router)
+                .ok_or_else(|| WorldError::NotFound(format!("no router {router:?}")))?;
+            w.set_router_state_now(i, state)
+        })
+    }
+
+    /// The API key and secret key of a root admin (the first enabled account of type Admin
+    /// without a dynamic role): the keys given to [`World::default_world`], the binary's
+    /// `--api-key`/`--secret-key` (default `sim-api-key`/`sim-secret-key`), or a scenario's
+    /// own Admin account.
+    pub fn root_admin_keys(&self) -> Option<(String, String)> {
+        self.lock().world.root_admin_keys()
     }
 
     /// Live-migrates a Running VM (by name or id) to host number `host` over `seconds`.

@@ -20,7 +20,9 @@ use super::directory::{
     account_param, admin_like, affinity_group_json, is_data_volume_of, permission_denied,
     project_param, uuid_param,
 };
-use super::world::{format_time, HostControl, VmSpec, VmState, World, WorldError};
+use super::world::{
+    format_time, DiagOutcome, Diagnostic, HostControl, VmSpec, VmState, World, WorldError,
+};
 
 /// `vm.userdata.max.length` (CloudStack's default): the most decoded bytes accepted.
 pub const USERDATA_MAX_BYTES: usize = 32_768;
@@ -377,7 +379,7 @@ fn async_create_reply(id: &str, w: &World, job: usize) -> Reply {
     Reply::Raw(m)
 }
 
-fn async_reply(w: &World, job: usize) -> Reply {
+pub(crate) fn async_reply(w: &World, job: usize) -> Reply {
     let mut m = Map::new();
     m.insert("jobid".into(), json!(w.job(job).map(|j| j.id.as_str())));
     Reply::Raw(m)
@@ -561,6 +563,19 @@ fn job_result(w: &World, job: &AsyncJob, root: bool) -> Value {
             json!({"affinitygroup": affinity_group_json(w, group)})
         }
         JobCommand::DeleteAffinityGroup { .. } => json!({"success": true}),
+        // The gson adapter writes the object under its name, `diagnostics` (RDC.execute sets
+        // it; ResponseObjectTypeAdapter.java@830f3061, guest-probe.md §1).
+        JobCommand::RunDiagnostics { .. } => {
+            match w.job_index(&job.id).and_then(|j| w.diagnostic(j)) {
+                Some(Diagnostic {
+                    outcome: DiagOutcome::Output(o),
+                    ..
+                }) => {
+                    json!({"diagnostics": {"stdout": o.stdout, "stderr": o.stderr, "exitcode": o.exitcode}})
+                }
+                _ => json!({}),
+            }
+        }
     }
 }
 

@@ -188,6 +188,16 @@ fn router(app: App) -> Router {
         .route("/sim/calls", get(admin_calls))
         .route("/sim/reset", post(admin_reset))
         .route("/sim/clock", get(admin_get_clock).post(admin_set_clock))
+        .route(
+            "/sim/networks",
+            get(admin_list_networks).post(admin_create_network),
+        )
+        .route("/sim/routers", get(admin_list_routers))
+        .route(
+            "/sim/routers/{id}",
+            get(admin_get_router).post(admin_set_router),
+        )
+        .route("/sim/root-admin", get(admin_root_admin))
         .with_state(app)
 }
 

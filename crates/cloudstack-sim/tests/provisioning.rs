@@ -763,10 +763,15 @@ async fn public_addresses_of_a_shared_network_page_and_show_holders() {
         .api(&[("command", "listPublicIpAddresses"), ("networkid", &net)])
         .await;
     let a = items(&alloc, "listpublicipaddressesresponse", "publicipaddress");
-    assert_eq!(a.len(), 1);
+    // The VM's address and the top of the range, held by the network's virtual router.
+    assert_eq!(a.len(), 2);
     assert_eq!(
         (&a[0]["state"], &a[0]["virtualmachinename"]),
         (&json!("Allocated"), &json!("holder"))
+    );
+    assert_eq!(
+        (&a[1]["ipaddress"], &a[1]["state"]),
+        (&json!("10.10.0.254"), &json!("Allocated"))
     );
     let page = h
         .api(&[

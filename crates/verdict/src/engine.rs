@@ -3,6 +3,7 @@
 use jiff::{SignedDuration, Timestamp};
 
 use super::history::{Sighting, VmHistory};
+use super::probe::{assess_probe, unanswered_message, ProbeEvidence};
 use super::traffic::{assess_traffic, TrafficEvidence};
 use super::{at, human_duration, reason, Graces, Status, Verdict};
 use cloudstack_api::model::VmState;
@@ -321,7 +322,44 @@ fn running(
     } else {
         format!(" ({})", seen.addresses.join(", "))
     };
-    match assess_traffic(&h.traffic, seen, g, now) {
+    let traffic = assess_traffic(&h.traffic, seen, g, now);
+    match (assess_probe(h, seen, g, now), &traffic) {
+        (ProbeEvidence::Answers { router }, TrafficEvidence::Silent(evidence)) => {
+            return Verdict::new(
+                Status::True,
+                reason::VM_HEALTHY,
+                format!(
+                    "VM {}{addresses} is Running and answers ARP from its virtual router {router} \
+                     (counters alone would say: {evidence})",
+                    seen.name
+                ),
+            );
+        }
+        (
+            ProbeEvidence::Unanswered {
+                router,
+                attempts,
+                since,
+            },
+            // A rise the probe's flat-traffic check allowed is a row from before the first
+            // unanswered attempt (see `probe::flat_across`).
+            _,
+        ) => {
+            let flat = h.traffic.last_value.unwrap_or_default();
+            return Verdict::new(
+                Status::False,
+                reason::GUEST_NETWORK_SILENT,
+                format!(
+                    "VM {}{addresses} is Running but {}, and its guest→host traffic counter stayed \
+                     flat at {flat} KiB",
+                    seen.name,
+                    unanswered_message(&router, seen.probe_nic.as_ref(), attempts, since)
+                ),
+            );
+        }
+        _ => {}
+    }
+    match traffic {
         TrafficEvidence::Silent(evidence) => Verdict::new(
             Status::False,
             reason::GUEST_NETWORK_SILENT,

@@ -37,6 +37,8 @@ pub struct Graces {
     pub stats_interval: SignedDuration,
     /// Anchor a newly seen VM's state age to CloudStack's `lastupdated` (clamped to now).
     pub anchor_to_lastupdated: bool,
+    /// The opt-in guest probe's pacing; `None` when no probe credentials are configured.
+    pub probe: Option<crate::probe::ProbeGraces>,
 }
 
 impl Default for Graces {
@@ -56,6 +58,7 @@ impl Default for Graces {
             silence_hypervisors: vec!["KVM".to_string()],
             stats_interval: SignedDuration::from_secs(60),
             anchor_to_lastupdated: true,
+            probe: None,
         }
     }
 }

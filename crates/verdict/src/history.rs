@@ -4,6 +4,7 @@
 use jiff::Timestamp;
 use serde::Serialize;
 
+use super::probe::{ProbeHistory, ProbeNic};
 use super::{reason, Graces};
 use cloudstack_api::model::{CsTime, HostControlState, UsageSample, VirtualMachine, VmState};
 
@@ -42,6 +43,8 @@ pub struct Sighting {
     pub ha_enabled: bool,
     /// An async job on the VM is still running (`jobid` with `jobstatus` 0).
     pub job_pending: bool,
+    /// The default NIC's IPv4 address on its network: what the guest probe asks about.
+    pub probe_nic: Option<ProbeNic>,
 }
 
 impl Sighting {
@@ -69,6 +72,7 @@ impl Sighting {
             ha_enabled: vm.haenable == Some(true),
             job_pending: vm.jobid.as_deref().is_some_and(|j| !j.trim().is_empty())
                 && vm.jobstatus.is_none_or(|s| s == 0),
+            probe_nic: probe_nic(vm),
         }
     }
 
@@ -87,6 +91,20 @@ impl Sighting {
             _ => false,
         }
     }
+}
+
+/// The default NIC (or the only one) with an IPv4 address and a network: the address an ARP
+/// probe from that network's router can ask about. IPv6-only NICs have none (ARP is IPv4).
+fn probe_nic(vm: &VirtualMachine) -> Option<ProbeNic> {
+    let nic = match vm.nics.as_slice() {
+        [only] => only,
+        nics => nics.iter().find(|n| n.isdefault)?,
+    };
+    Some(ProbeNic {
+        network_id: nic.networkid.clone().filter(|n| !n.trim().is_empty())?,
+        address: nic.ipaddress.as_deref()?.trim().parse().ok()?,
+        mac: nic.macaddress.clone().filter(|m| !m.trim().is_empty()),
+    })
 }
 
 /// What one CloudStack endpoint's statistics are, from `listCapabilities` (asked once per
@@ -284,6 +302,8 @@ pub struct VmHistory {
     pub nic_detached_since: Option<Timestamp>,
     pub nic_no_address_since: Option<Timestamp>,
     pub traffic: Traffic,
+    /// The guest probe's attempts (empty when the probe is off).
+    pub probe: ProbeHistory,
 }
 
 impl VmHistory {
@@ -303,6 +323,7 @@ impl VmHistory {
             nic_detached_since: None,
             nic_no_address_since: None,
             traffic: Traffic::default(),
+            probe: ProbeHistory::default(),
         }
     }
 
@@ -362,6 +383,7 @@ impl VmHistory {
                 self.nic_detached_since = None;
                 self.nic_no_address_since = None;
                 self.traffic.clear();
+                self.probe.clear();
             }
             PollOutcome::Seen(vm) => self.record_sighting(vm, now, graces),
         }
@@ -434,6 +456,14 @@ impl VmHistory {
                 self.traffic.rows = rows;
                 self.traffic.rows_fetched = fetched;
             }
+        }
+        // Answers were about this address while Running; anything else starts over.
+        let same_address = self
+            .sighting
+            .as_ref()
+            .is_some_and(|prev| prev.probe_nic == seen.probe_nic);
+        if !running || !same_address {
+            self.probe.clear();
         }
         self.sighting = Some(seen);
     }

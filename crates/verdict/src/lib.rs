@@ -5,6 +5,7 @@
 //! - [`collector`]: a host whose stats collection paused is not a host of silent guests.
 //! - [`traffic`]: what guest→host traffic statistics say, with CloudStack's real semantics.
 //! - [`engine`]: the verdict table.
+//! - [`probe`]: the opt-in ARP probe from the virtual router: when to ask, what answers mean.
 //! - [`guard`]: the mass-failure guard over one scope's verdicts.
 //! - [`decide`]: the one pipeline (evaluate → guard → condition) that `run`, `check` and the
 //!   benches share.
@@ -22,6 +23,7 @@ pub mod graces;
 pub mod guard;
 pub mod history;
 pub mod machine_condition;
+pub mod probe;
 pub mod traffic;
 
 #[cfg(test)]

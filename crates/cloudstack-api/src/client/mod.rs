@@ -6,6 +6,7 @@
 //! URL: it embeds the signature, which is a replayable credential until `expires`.
 
 mod config;
+mod diagnostics;
 mod listing;
 
 pub use config::{
@@ -13,6 +14,9 @@ pub use config::{
     SECRET_KEY_SECRET_KEY, SECRET_KEY_VERIFY_SSL,
 };
 pub use listing::{Listing, VmListQuery, VmListing};
+// What the probe's calls take and give, next to the calls (`client/diagnostics.rs`).
+pub use crate::diagnostics::DiagnosticsKind;
+pub use crate::parse::AsyncJobState;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;

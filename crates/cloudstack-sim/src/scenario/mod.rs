@@ -16,8 +16,8 @@ pub use stats::{apply_settings, host_change, SETTINGS_KEYS};
 
 use super::traffic::Profile;
 use super::world::{
-    is_canonical_uuid, secs_to_ms, AccountType, Fault, GuestKind, HostControl, Ms, NetworkType,
-    Role, RoleRule, Settings, Throttle, VmSpec, VmState, World,
+    is_canonical_uuid, secs_to_ms, AccountType, Fault, GuestKind, HostControl, Ms, NetworkSpec,
+    NetworkType, Role, RoleRule, RouterState, Settings, Throttle, VmSpec, VmState, World,
 };
 
 /// A scenario that could not be loaded.
@@ -363,6 +363,64 @@ pub fn load_scenario_file(
     parse_scenario(&text, &origin, start_ms, default_keys)
 }
 
+/// A network of a scenario file or `POST /sim/networks`: `name`, `cidr` (required), `id`,
+/// `zone`, `gateway`, `type` (Shared, Isolated, L2), `virtual_router` (whether the offering
+/// has a VirtualRouter service; default: every type but L2), `router_state`, `account`,
+/// `project`.
+pub fn network_spec(v: &Value, path: &str) -> Result<NetworkSpec, FieldError> {
+    let o = Obj::new(v, path)?;
+    o.only(&[
+        "name",
+        "id",
+        "zone",
+        "cidr",
+        "gateway",
+        "type",
+        "virtual_router",
+        "router_state",
+        "account",
+        "project",
+    ])?;
+    let kind = match o.str("type")? {
+        None => NetworkType::Shared,
+        Some(t) => NetworkType::parse(t).ok_or_else(|| FieldError {
+            path: o.at("type"),
+            message: format!("unknown network type {t:?} (expected Shared, Isolated or L2)"),
+        })?,
+    };
+    let cidr = o.req_str("cidr")?;
+    if super::world::parse_cidr(cidr).is_none() {
+        return err(
+            o.at("cidr"),
+            format!("bad cidr {cidr:?} (expected a.b.c.d/len, len 8..30)"),
+        );
+    }
+    let mut spec = NetworkSpec::new(o.req_str("name")?, cidr, kind);
+    spec.id = o.uuid("id")?.map(str::to_string);
+    spec.zone = o.str("zone")?.map(str::to_string);
+    spec.gateway = o.str("gateway")?.map(str::to_string);
+    spec.virtual_router = o.bool("virtual_router")?;
+    if spec.virtual_router == Some(true) && kind == NetworkType::L2 {
+        return err(
+            o.at("virtual_router"),
+            "an L2 network has no VirtualRouter service, so no router",
+        );
+    }
+    spec.router_state = match o.str("router_state")? {
+        None => None,
+        Some(s) => Some(RouterState::parse(s).ok_or_else(|| FieldError {
+            path: o.at("router_state"),
+            message: format!(
+                "unknown router state {s:?} (expected one of: {})",
+                RouterState::names()
+            ),
+        })?),
+    };
+    spec.account = o.str("account")?.map(str::to_string);
+    spec.project = o.str("project")?.map(str::to_string);
+    Ok(spec)
+}
+
 fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
     let top = Obj::new(v, "$")?;
     top.only(&[
@@ -466,35 +524,23 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
         }
     };
 
+    let mut network_projects: Vec<(usize, String, String)> = Vec::new();
     for (i, n) in top.arr("networks")?.iter().enumerate() {
         let p = format!("$.networks[{i}]");
+        let mut spec = network_spec(n, &p)?;
         let o = Obj::new(n, &p)?;
-        o.only(&["name", "id", "zone", "cidr", "gateway", "type"])?;
-        let zone = zone_ref(&w, &o)?;
-        let kind = match o.str("type")? {
-            None => NetworkType::Shared,
-            Some(t) => NetworkType::parse(t).ok_or_else(|| FieldError {
-                path: o.at("type"),
-                message: format!("unknown network type {t:?} (expected Shared, Isolated or L2)"),
-            })?,
-        };
-        let cidr = o.req_str("cidr")?;
-        if super::world::parse_cidr(cidr).is_none() {
-            return err(
-                o.at("cidr"),
-                format!("bad cidr {cidr:?} (expected a.b.c.d/len, len 8..30)"),
-            );
+        zone_ref(&w, &o)?;
+        if let Some(a) = &spec.account {
+            if w.account_index(a).is_none() {
+                return err(o.at("account"), format!("unknown account {a:?}"));
+            }
         }
-        let id = o.uuid("id")?;
-        w.add_network(
-            o.req_str("name")?,
-            id,
-            zone.as_deref(),
-            cidr,
-            o.str("gateway")?,
-            kind,
-        )
-        .map_err(elem_err(p.clone()))?;
+        // Projects come later in the file: their networks are handed over below.
+        let project = spec.project.take();
+        let idx = w.add_network_spec(&spec).map_err(elem_err(p.clone()))?;
+        if let Some(pr) = project {
+            network_projects.push((idx, pr, o.at("project")));
+        }
     }
 
     for (i, h) in top.arr("hosts")?.iter().enumerate() {
@@ -548,6 +594,17 @@ fn build(v: &Value, start_ms: Ms, default_keys: (&str, &str)) -> R<World> {
         let id = o.uuid("id")?;
         w.add_project(o.req_str("name")?, id, &members)
             .map_err(elem_err(p.clone()))?;
+    }
+
+    for (network, project, path) in network_projects {
+        let Some(p) = w.project_index(&project) else {
+            return err(path, format!("unknown project {project:?}"));
+        };
+        w.set_network_owner(network, super::world::Owner::Project(p))
+            .map_err(|e| FieldError {
+                path,
+                message: e.to_string(),
+            })?;
     }
 
     catalogue(&top, &mut w)?;

@@ -219,6 +219,15 @@ impl World {
         Ok(self.accounts.len() - 1)
     }
 
+    /// The keys (api, secret) of the first enabled root admin: type Admin, no dynamic role
+    /// (the built-in Root Admin role may call every API, DynamicRoleBasedAPIAccessChecker.java@5e8d8028).
+    pub fn root_admin_keys(&self) -> Option<(String, String)> {
+        self.accounts
+            .iter()
+            .find(|a| a.enabled && a.kind == AccountType::Admin && a.role.is_none())
+            .map(|a| (a.api_key.clone(), a.secret_key.expose().to_string()))
+    }
+
     pub fn account_index(&self, name: &str) -> Option<usize> {
         self.accounts.iter().position(|a| a.name == name)
     }

@@ -301,6 +301,8 @@ impl World {
         };
         h.set_states(status, rs);
         self.hosts.push(h);
+        // Routers deployed while their zone had no host start on this one.
+        self.place_routers();
         Ok(self.hosts.len() - 1)
     }
 

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 
-use super::{unique_name, World, WorldError};
+use super::{unique_name, RouterState, World, WorldError};
 
 #[derive(Debug, Clone)]
 pub struct Zone {
@@ -36,6 +36,63 @@ impl NetworkType {
     }
 }
 
+/// Who owns a guest network (and so its virtual router, which is deployed for the
+/// network's owner: `domain_router_view` joins the router's `account_id`,
+/// `cloud.domain_router_view.sql@ef1b3540`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Owner {
+    /// CloudStack's `system` account (id 1). Domain-wide (Shared) networks belong to it in the
+    /// simulator; that CloudStack gives them this owner is **unverified** in
+    /// `docs/guest-probe.md`.
+    System,
+    /// An account (index).
+    Account(usize),
+    /// A project (index): the project's own account (`PrjAcct-…`) owns it, and the project
+    /// filters of `buildACLSearchParameters` apply (`AccountManagerImpl.java@43d42b06`).
+    Project(usize),
+}
+
+/// What to create with [`World::add_network_spec`] (admin API, scenario, library).
+#[derive(Debug, Clone)]
+pub struct NetworkSpec {
+    pub name: String,
+    /// Fixed id (lowercase canonical UUID); random when absent.
+    pub id: Option<String>,
+    /// Zone name or id; the first zone when absent.
+    pub zone: Option<String>,
+    pub cidr: String,
+    pub gateway: Option<String>,
+    pub kind: NetworkType,
+    /// Whether the network's offering maps a service to the VirtualRouter provider, i.e.
+    /// whether `VirtualRouterElement` deploys a router for it
+    /// (`VirtualRouterElement.java@ea7d3226`: `canHandle` → `isProviderSupportServiceInNetwork`).
+    /// Absent: the default offering of the type decides (Isolated and Shared yes, L2 never).
+    pub virtual_router: Option<bool>,
+    /// Owning account name (Isolated/L2 default: the default account; Shared: `system`).
+    pub account: Option<String>,
+    /// Owning project (name or id); wins over `account`.
+    pub project: Option<String>,
+    /// State of the network's router when it has one (default Running).
+    pub router_state: Option<RouterState>,
+}
+
+impl NetworkSpec {
+    pub fn new(name: impl Into<String>, cidr: impl Into<String>, kind: NetworkType) -> Self {
+        Self {
+            name: name.into(),
+            id: None,
+            zone: None,
+            cidr: cidr.into(),
+            gateway: None,
+            kind,
+            virtual_router: None,
+            account: None,
+            project: None,
+            router_state: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Network {
     pub id: String,
@@ -45,6 +102,10 @@ pub struct Network {
     pub prefix: u8,
     pub gateway: Ipv4Addr,
     pub vlan: u32,
+    pub owner: Owner,
+    /// The offering provides a service through the VirtualRouter provider (see
+    /// [`NetworkSpec::virtual_router`]); such a network has a router in `World::routers`.
+    pub virtual_router: bool,
     /// The address range NICs get addresses from (CloudStack's guest IP range).
     first_host: u32,
     last_host: u32,
@@ -114,6 +175,17 @@ impl Network {
         self.in_range(v) && self.used.insert(v)
     }
 
+    /// The highest free address of the range (taken for a Shared network's router, so that
+    /// VM addresses, allocated from the bottom, stay where they were).
+    pub(super) fn allocate_top(&mut self) -> Option<Ipv4Addr> {
+        let gw = u32::from(self.gateway);
+        let ip = (self.first_host..=self.last_host)
+            .rev()
+            .find(|ip| *ip != gw && !self.used.contains(ip))?;
+        self.used.insert(ip);
+        Some(Ipv4Addr::from(ip))
+    }
+
     /// Returns an address to the pool (its VM was expunged).
     fn release(&mut self, ip: Ipv4Addr) {
         let v = u32::from(ip);
@@ -162,7 +234,8 @@ impl World {
         }
     }
 
-    /// Adds a network with addresses from `cidr` (`gateway` defaults to the first address).
+    /// Adds a network with addresses from `cidr` (`gateway` defaults to the first address),
+    /// the default offering of its type and owner (see [`NetworkSpec`]).
     pub fn add_network(
         &mut self,
         name: &str,
@@ -172,8 +245,32 @@ impl World {
         gateway: Option<&str>,
         kind: NetworkType,
     ) -> Result<usize, WorldError> {
+        let mut spec = NetworkSpec::new(name, cidr, kind);
+        spec.id = id.map(str::to_string);
+        spec.zone = zone.map(str::to_string);
+        spec.gateway = gateway.map(str::to_string);
+        self.add_network_spec(&spec)
+    }
+
+    /// Adds a network, and its virtual router when its offering has a VirtualRouter service.
+    pub fn add_network_spec(&mut self, spec: &NetworkSpec) -> Result<usize, WorldError> {
+        let (name, id, cidr, kind) = (
+            spec.name.as_str(),
+            spec.id.as_deref(),
+            spec.cidr.as_str(),
+            spec.kind,
+        );
+        let gateway = spec.gateway.as_deref();
         unique_name(&self.networks, |n| &n.name, "network", name)?;
-        let zone = self.zone_or_first(zone)?;
+        let zone = self.zone_or_first(spec.zone.as_deref())?;
+        let owner = self.network_owner(spec)?;
+        // L2 networks have no service at all, so no VirtualRouter service (guest-probe.md §4).
+        let virtual_router = spec.virtual_router.unwrap_or(true) && kind != NetworkType::L2;
+        if spec.virtual_router == Some(true) && kind == NetworkType::L2 {
+            return Err(WorldError::Invalid(format!(
+                "network {name:?}: an L2 network has no VirtualRouter service, so no router"
+            )));
+        }
         let (base, prefix) = parse_cidr(cidr).ok_or_else(|| {
             WorldError::Invalid(format!(
                 "bad cidr {cidr:?} (expected a.b.c.d/len with len 8..30)"
@@ -205,12 +302,66 @@ impl World {
             prefix,
             gateway,
             vlan,
+            owner,
+            virtual_router,
             first_host: base + 10.min(broadcast - base - 1),
             last_host: broadcast - 1,
             used: HashSet::new(),
             hint: 0,
         });
-        Ok(self.networks.len() - 1)
+        let idx = self.networks.len() - 1;
+        if virtual_router {
+            let state = spec.router_state.unwrap_or(RouterState::Running);
+            if let Err(e) = self.add_router(idx, state) {
+                self.networks.pop();
+                return Err(e);
+            }
+        }
+        Ok(idx)
+    }
+
+    /// The owner a network spec names (project over account; defaults per type).
+    fn network_owner(&self, spec: &NetworkSpec) -> Result<Owner, WorldError> {
+        if let Some(p) = &spec.project {
+            return self
+                .project_index(p)
+                .map(Owner::Project)
+                .ok_or_else(|| WorldError::NotFound(format!("unknown project {p:?}")));
+        }
+        let lookup = |a: &str| {
+            self.account_index(a)
+                .map(Owner::Account)
+                .ok_or_else(|| WorldError::NotFound(format!("unknown account {a:?}")))
+        };
+        if let Some(a) = &spec.account {
+            return lookup(a);
+        }
+        if spec.kind == NetworkType::Shared || self.accounts.is_empty() {
+            return Ok(Owner::System);
+        }
+        // Like a VM without an account: the default account, else the first one.
+        match self.settings.default_account.as_deref() {
+            Some(a) => lookup(a),
+            None => Ok(Owner::Account(0)),
+        }
+    }
+
+    /// Sets a network's owner (scenario files name projects after their networks).
+    pub fn set_network_owner(&mut self, network: usize, owner: Owner) -> Result<(), WorldError> {
+        let ok = match owner {
+            Owner::System => true,
+            Owner::Account(a) => a < self.accounts.len(),
+            Owner::Project(p) => p < self.projects.len(),
+        };
+        let n = self
+            .networks
+            .get_mut(network)
+            .ok_or_else(|| WorldError::NotFound(format!("no network #{network}")))?;
+        if !ok {
+            return Err(WorldError::NotFound(format!("{owner:?} does not exist")));
+        }
+        n.owner = owner;
+        Ok(())
     }
 
     pub fn network_index(&self, name_or_id: &str) -> Option<usize> {

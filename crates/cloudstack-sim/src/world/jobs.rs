@@ -50,6 +50,8 @@ impl World {
         for j in std::mem::take(&mut self.pending_jobs) {
             let outcome = match self.jobs[j].command {
                 JobCommand::DeployVm { vm } => self.vms.get(vm).and_then(deploy_outcome),
+                // Finished when the tool would have ended (`diagnostics.rs`).
+                JobCommand::RunDiagnostics { .. } => self.diagnostics_status(j),
                 // Other jobs are finished when they are created.
                 _ => Some(JobStatus::Succeeded { at_ms: self.now_ms }),
             };

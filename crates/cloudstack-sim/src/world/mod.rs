@@ -10,6 +10,7 @@
 mod accounts;
 mod affinity;
 mod collector;
+mod diagnostics;
 mod faults;
 mod guest;
 mod hosts;
@@ -17,6 +18,7 @@ mod infra;
 mod jobs;
 mod lifecycle;
 mod offerings;
+mod routers;
 pub mod rows;
 mod settings;
 mod stats;
@@ -34,12 +36,17 @@ use super::traffic::{Profile, Timing};
 pub use accounts::{
     rule_matches, Account, AccountType, Project, Role, RoleDecision, RoleRule, Secret, Throttle,
 };
+pub use diagnostics::{
+    guest_answers, params_valid, py_bytes_repr, DiagOutcome, DiagOutput, DiagRequest, DiagTarget,
+    DiagType, Diagnostic, DIAG_FAIL_CODE,
+};
 pub use faults::{Fault, GuestKind, ScheduledFault};
 pub use guest::Reading;
 pub use hosts::{
     Host, HostChange, HostControl, HostStatus, Hypervisor, ResourceState, ScheduledHostChange,
 };
-pub use infra::{parse_cidr, Network, NetworkType, Zone};
+pub use infra::{parse_cidr, Network, NetworkSpec, NetworkType, Owner, Zone};
+pub use routers::{Router, RouterState};
 pub use rows::{Row, StatsRows, Sums};
 pub use settings::{parse_time_zone, Settings};
 pub use stats::{history_date, StatsView};
@@ -133,6 +140,11 @@ pub struct World {
     pub templates: Vec<Template>,
     pub disk_offerings: Vec<DiskOffering>,
     pub affinity_groups: Vec<AffinityGroup>,
+    /// Virtual routers of the guest networks (`routers.rs`).
+    pub routers: Vec<Router>,
+    next_router_seq: u64,
+    /// Diagnostics runs by job index (`diagnostics.rs`).
+    diagnostics: HashMap<usize, Diagnostic>,
     jobs: Vec<AsyncJob>,
     job_by_id: HashMap<String, usize>,
     /// Jobs (indices) that wait for a VM to finish starting.
@@ -166,6 +178,9 @@ impl World {
             templates: Vec::new(),
             disk_offerings: Vec::new(),
             affinity_groups: Vec::new(),
+            routers: Vec::new(),
+            next_router_seq: 1,
+            diagnostics: HashMap::new(),
             jobs: Vec::new(),
             job_by_id: HashMap::new(),
             pending_jobs: Vec::new(),

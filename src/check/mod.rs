@@ -2,18 +2,25 @@
 //! polls and print one verdict per VM — the verdict engine without Kubernetes.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 
-use crate::cli::{duration_in, to_std, GraceArgs};
-use crate::cloudstack::client::{ClientConfig, CloudStackClient, Credentials, VmListQuery};
+use crate::cli::{duration_in, to_std, GraceArgs, ProbeArgs};
+use crate::cloudstack::client::{CloudStackClient, VmListQuery};
 use crate::cloudstack::error::CloudStackError;
+use crate::probe::{Prober, ScopeHistories, StepOutcome};
 use crate::scope::ScopeObserver;
+use crate::status::ProbeReport;
 use crate::verdict::condition::{ConditionState, DEFAULT_CONDITION_TYPE};
+use crate::verdict::probe::ProbeGraces;
 use crate::verdict::{decide, Evidence, Graces, MachineFacts, MassFailureGuard, Status, Subject};
+
+mod config;
+use config::probe_client_config;
+pub use config::{client_config, credentials, query, read_credentials_file};
 
 /// `check` judges one scope: the mass-failure guard's one group.
 const SCOPE: &str = "check";
@@ -103,6 +110,12 @@ pub struct CheckArgs {
     pub output: OutputFormat,
     #[command(flatten)]
     pub graces: GraceArgs,
+    /// The opt-in guest probe's key (a file like --credentials-file, of an account whose role
+    /// has type Admin; docs/guest-probe.md). Without it the probe is off.
+    #[arg(long, value_name = "PATH")]
+    pub probe_credentials_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
 }
 
 /// One VM's line of output.
@@ -142,6 +155,8 @@ pub struct Checker {
     conditions: BTreeMap<String, ConditionState>,
     previous: Vec<(String, Status, String)>,
     stable_since: Option<Timestamp>,
+    /// The opt-in guest probe, when given a key.
+    prober: Option<Prober>,
 }
 
 impl Checker {
@@ -168,7 +183,50 @@ impl Checker {
             conditions: BTreeMap::new(),
             previous: Vec::new(),
             stable_since: None,
+            prober: None,
         }
+    }
+
+    /// Probes the guests of this scope with `prober` (its key must reach the same endpoint),
+    /// paced by `pacing`. `check` sees VMs, not Machines: every tracked VM counts as one
+    /// without a Node.
+    pub fn with_prober(mut self, prober: Prober, pacing: ProbeGraces) -> Self {
+        self.graces.probe = Some(pacing);
+        self.prober = Some(prober);
+        self
+    }
+
+    /// One step of the guest probe at `now`: collect finished jobs, start due ones (a no-op
+    /// without a prober). `poll` runs one itself; call it between polls as time passes.
+    pub async fn probe_step(&mut self, now: Timestamp) -> StepOutcome {
+        let Some(prober) = self.prober.as_mut() else {
+            return StepOutcome::default();
+        };
+        let mut scopes = [ScopeHistories {
+            scope: SCOPE,
+            histories: &mut self.observer.histories,
+        }];
+        prober
+            .step(
+                &mut scopes,
+                &|_| Some(MachineFacts::default()),
+                &self.graces,
+                now,
+            )
+            .await
+    }
+
+    /// What the probe has done, when there is one.
+    pub fn probe_report(&self) -> Option<ProbeReport> {
+        self.prober.as_ref().map(Prober::report)
+    }
+
+    /// How often `run_polls` steps the probe between polls (`None`: no probe).
+    fn probe_tick(&self) -> Option<std::time::Duration> {
+        self.prober.as_ref()?;
+        Some(crate::controller::probing::probe_tick(
+            self.graces.probe.as_ref()?.spacing,
+        ))
     }
 
     pub fn client(&self) -> &CloudStackClient {
@@ -199,6 +257,9 @@ impl Checker {
             &self.graces,
             now,
         );
+        if o.listing_error.is_none() {
+            self.probe_step(now).await;
+        }
         PollReport {
             listing_error: o.listing_error,
             vms_listed: o.vms_listed,
@@ -308,98 +369,6 @@ impl Checker {
     }
 }
 
-/// Reads CAPC-Secret-style credentials: a `key: value` (or `key=value`) file, or a
-/// directory with one file per key. Errors name the file, never a value.
-pub fn read_credentials_file(path: &Path) -> Result<BTreeMap<String, String>, String> {
-    let mut out = BTreeMap::new();
-    if path.is_dir() {
-        for key in ["api-url", "api-key", "secret-key", "verify-ssl"] {
-            let file = path.join(key);
-            if file.exists() {
-                let value = std::fs::read_to_string(&file)
-                    .map_err(|e| format!("cannot read {}: {}", file.display(), e.kind()))?;
-                out.insert(key.to_string(), value.trim().to_string());
-            }
-        }
-        return Ok(out);
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {}", path.display(), e.kind()))?;
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some((k, v)) = line.split_once(':').or_else(|| line.split_once('=')) else {
-            return Err(format!(
-                "{}:{}: expected `key: value` (keys api-url, api-key, secret-key, verify-ssl)",
-                path.display(),
-                n + 1
-            ));
-        };
-        let v = v.trim().trim_matches('"').trim_matches('\'');
-        out.insert(k.trim().to_string(), v.to_string());
-    }
-    Ok(out)
-}
-
-/// Builds the client configuration from flags, environment and credentials file.
-pub fn client_config(args: &CheckArgs) -> Result<ClientConfig, String> {
-    let mut data = match &args.credentials_file {
-        Some(path) => read_credentials_file(path)?,
-        None => BTreeMap::new(),
-    };
-    if let Some(v) = &args.api_url {
-        data.insert("api-url".into(), v.clone());
-    }
-    if let Some(v) = &args.api_key {
-        data.insert("api-key".into(), v.clone());
-    }
-    if let Some(v) = &args.secret_key {
-        data.insert("secret-key".into(), v.clone());
-    }
-    let missing: Vec<&str> = ["api-url", "api-key", "secret-key"]
-        .into_iter()
-        .filter(|k| !data.contains_key(*k))
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!(
-            "missing CloudStack {}: give --api-url/--api-key/--secret-key, the CLOUDSTACK_API_URL/\
-             CLOUDSTACK_API_KEY/CLOUDSTACK_SECRET_KEY environment, or --credentials-file",
-            missing.join(", ")
-        ));
-    }
-    let mut cfg = ClientConfig::from_secret_data(&data).map_err(|e| e.to_string())?;
-    if args.insecure_skip_tls_verify {
-        cfg.verify_tls = false;
-    }
-    if let Some(path) = &args.ca_bundle {
-        cfg.extra_ca_pem = Some(
-            std::fs::read(path)
-                .map_err(|e| format!("cannot read CA bundle {}: {}", path.display(), e.kind()))?,
-        );
-    }
-    cfg.request_timeout = to_std(args.request_timeout);
-    Ok(cfg)
-}
-
-/// Credentials from explicit values (used by the demo).
-pub fn credentials(api_key: &str, secret_key: &str) -> Result<Credentials, String> {
-    Credentials::new(api_key, secret_key).map_err(|e| e.to_string())
-}
-
-pub fn query(args: &CheckArgs) -> VmListQuery {
-    VmListQuery {
-        project_id: args.project.clone(),
-        zone_id: args.zone.clone(),
-        account: args.account.clone(),
-        domain_id: args.domain_id.clone(),
-        ids: Vec::new(),
-        use_metrics_api: args.metrics_api,
-        with_stats: true,
-    }
-}
-
 /// Runs polls until done (or settled) and returns the final reports plus the exit code.
 pub async fn run_polls(
     checker: &mut Checker,
@@ -426,7 +395,17 @@ pub async fn run_polls(
         }
         if n < polls {
             let wait = to_std(interval).saturating_sub(started.elapsed());
-            tokio::time::sleep(wait).await;
+            match checker.probe_tick() {
+                None => tokio::time::sleep(wait).await,
+                Some(tick) => {
+                    let deadline = tokio::time::Instant::now() + wait;
+                    while tokio::time::Instant::now() < deadline {
+                        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                        tokio::time::sleep(left.min(tick)).await;
+                        checker.probe_step(Timestamp::now()).await;
+                    }
+                }
+            }
         }
     }
     let code = match (any_success, last_error) {
@@ -509,6 +488,7 @@ pub async fn main(args: CheckArgs) -> u8 {
         }
     };
     let graces = args.graces.graces(args.interval);
+    let pacing = args.probe.graces(graces.stats_interval);
     let mut checker = Checker::new(
         client,
         query(&args),
@@ -517,6 +497,26 @@ pub async fn main(args: CheckArgs) -> u8 {
         args.graces.guard(),
         args.usage_history,
     );
+    if let Some(path) = &args.probe_credentials_file {
+        let prober = match probe_client_config(&args, path).and_then(|cfg| {
+            CloudStackClient::new(cfg)
+                .map_err(|e| format!("probe credentials {}: {e}", path.display()))
+        }) {
+            Ok(client) => Prober::new(client, args.probe.limits()),
+            Err(e) => {
+                eprintln!("check: {e}");
+                return exit::USAGE;
+            }
+        };
+        if !prober.covers(checker.client().api_url()) {
+            eprintln!(
+                "check: the probe key's api-url is not the endpoint being checked ({})",
+                checker.client().api_url()
+            );
+            return exit::USAGE;
+        }
+        checker = checker.with_prober(prober, pacing);
+    }
     let (reports, code) = run_polls(
         &mut checker,
         args.polls,
@@ -536,6 +536,19 @@ pub async fn main(args: CheckArgs) -> u8 {
     )
     .await;
     eprintln!("stats: {}", checker.stats_summary());
+    if let Some(p) = checker.probe_report() {
+        let c = &p.counts;
+        eprintln!(
+            "probe: {} jobs, {} replies, {} unanswered, {} without evidence{}",
+            c.jobs_started,
+            c.replies,
+            c.no_replies,
+            c.no_evidence,
+            p.refused
+                .map(|why| format!("; key refused: {why}"))
+                .unwrap_or_default()
+        );
+    }
     print!("{}", render(&reports, args.output));
     code
 }

@@ -1,0 +1,207 @@
+//! The opt-in guest probe in the controller (docs/guest-probe.md): its key comes from a Secret
+//! of its own (`--probe-credentials`), read every cycle so a rotated or fixed key is picked up;
+//! it probes only VMs of Machines this cycle judged, in scopes of the key's endpoint. It steps
+//! right after each poll (a first flat sample is the moment to ask) and every few seconds
+//! between cycles; when an answer changes what a Machine's verdict would be, the next cycle
+//! starts at once instead of at the end of the interval.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::cycle::Controller;
+use super::gather::Gathered;
+use super::kube_io;
+use crate::cli::to_std;
+use crate::cloudstack::client::{ClientConfig, CloudStackClient};
+use crate::cloudstack::ratelimit::RateLimit;
+use crate::probe::{Prober, ScopeHistories, StepOutcome};
+use crate::status::ProbeReport;
+use crate::verdict::MachineFacts;
+
+/// The probe's state between cycles.
+#[derive(Default)]
+pub struct Probing {
+    prober: Option<(u64, Prober)>,
+    /// Per scope key, per VM id: the facts of the Machine it belongs to, as of the last cycle.
+    facts: HashMap<String, HashMap<String, MachineFacts>>,
+    /// Why the probe key cannot be used (no Secret values in it).
+    problem: Option<String>,
+}
+
+/// Time between probe steps while waiting for the next cycle: a fifth of the spacing between
+/// attempts, so a due attempt starts close to its time, within 0.25–5 s.
+pub fn probe_tick(spacing: jiff::SignedDuration) -> Duration {
+    to_std(spacing / 5).clamp(Duration::from_millis(250), Duration::from_secs(5))
+}
+
+fn fingerprint(data: &BTreeMap<String, String>) -> u64 {
+    let mut h = DefaultHasher::new();
+    for k in ["api-url", "api-key", "secret-key", "verify-ssl"] {
+        data.get(k).hash(&mut h);
+    }
+    h.finish()
+}
+
+impl Controller {
+    /// Reads the probe's Secret and (re)builds its client when the Secret changed.
+    pub(super) async fn refresh_probe_key(&mut self) {
+        let Some(secret) = self.args.probe_credentials.clone() else {
+            return;
+        };
+        let timeout = to_std(self.args.kube_timeout);
+        let data = match kube_io::secret_data(
+            &self.client,
+            &secret.namespace,
+            &secret.name,
+            timeout,
+        )
+        .await
+        {
+            Ok(d) => d,
+            Err(e) => {
+                // Keep a working prober across a failed read; say why a missing one is off.
+                self.probing.problem = Some(format!("probe credentials: {e}"));
+                return;
+            }
+        };
+        let fp = fingerprint(&data);
+        if self.probing.prober.as_ref().is_some_and(|(f, _)| *f == fp) {
+            self.probing.problem = None;
+            return;
+        }
+        let built = ClientConfig::from_secret_data(&data)
+            .and_then(|mut cfg| {
+                cfg.request_timeout = to_std(self.args.request_timeout);
+                cfg.rate_limit = (self.args.rate_limit > 0.0).then(|| RateLimit {
+                    per_second: self.args.rate_limit,
+                    burst: (self.args.rate_limit.ceil() as u32).max(1) * 2,
+                });
+                CloudStackClient::new(cfg)
+            })
+            .map_err(|e| format!("probe credentials: Secret {secret}: {e}"));
+        match built {
+            Ok(client) => {
+                tracing::info!(endpoint = client.api_url(), "guest probe key loaded");
+                self.probing.prober = Some((fp, Prober::new(client, self.args.probe.limits())));
+                self.probing.problem = None;
+            }
+            Err(e) => {
+                self.probing.prober = None;
+                self.probing.problem = Some(e);
+            }
+        }
+    }
+
+    /// Remembers which VMs belong to Machines, and their facts, for the steps until the next
+    /// cycle.
+    pub(super) fn note_probe_facts(&mut self, g: &Gathered) {
+        self.probing.facts.clear();
+        for t in &g.targets {
+            let (Some(scope), Some(id)) = (g.scope_key(t), &t.instance_id) else {
+                continue;
+            };
+            self.probing.facts.entry(scope.clone()).or_default().insert(
+                id.clone(),
+                MachineFacts {
+                    has_node: t.machine.has_node_ref,
+                    deleting: t.machine.deleting,
+                    unlinked_node: None,
+                },
+            );
+        }
+    }
+
+    /// One probe step over the scopes of the probe key's endpoint.
+    pub(super) async fn probe_step(&mut self, now: Timestamp) -> StepOutcome {
+        let Some((_, prober)) = self.probing.prober.as_mut() else {
+            return StepOutcome::default();
+        };
+        let facts = &self.probing.facts;
+        let mut covered: Vec<ScopeHistories<'_>> = Vec::new();
+        let mut owners: HashMap<String, String> = HashMap::new();
+        for (key, scope) in self.scopes.iter_mut() {
+            if !scope.in_use || !prober.covers(scope.client.api_url()) {
+                continue;
+            }
+            if let Some(ids) = facts.get(key) {
+                for id in ids.keys() {
+                    owners.insert(id.clone(), key.clone());
+                }
+            }
+            covered.push(ScopeHistories {
+                scope: key,
+                histories: &mut scope.observer.histories,
+            });
+        }
+        let lookup = |vm: &str| -> Option<MachineFacts> {
+            let scope = owners.get(vm)?;
+            facts.get(scope)?.get(vm).cloned()
+        };
+        let outcome = prober.step(&mut covered, &lookup, &self.graces, now).await;
+        self.metrics.observe_probe(&prober.report());
+        outcome
+    }
+
+    /// What `/status` shows of the probe; `None` when it is not configured.
+    pub(super) fn probe_report(&self) -> Option<ProbeReport> {
+        self.args.probe_credentials.as_ref()?;
+        let mut r = match &self.probing.prober {
+            Some((_, p)) => p.report(),
+            None => ProbeReport::default(),
+        };
+        if let Some(problem) = &self.probing.problem {
+            r.last_error = Some(problem.clone());
+        }
+        Some(r)
+    }
+
+    /// Waits `wait` for the next cycle, stepping the probe meanwhile; returns early when an
+    /// answer changed what a verdict would be.
+    pub async fn wait_probing(&mut self, wait: Duration) {
+        let Some(pg) = self.graces.probe.clone() else {
+            tokio::time::sleep(wait).await;
+            return;
+        };
+        if self.probing.prober.is_none() {
+            tokio::time::sleep(wait).await;
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        let tick = probe_tick(pg.spacing);
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(left.min(tick)).await;
+            if self.probe_step(Timestamp::now()).await.evidence_changed {
+                tracing::debug!("a probe answer changed the evidence; deciding now");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_follow_the_spacing_within_bounds() {
+        assert_eq!(
+            probe_tick(jiff::SignedDuration::from_secs(15)),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            probe_tick(jiff::SignedDuration::from_millis(500)),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            probe_tick(jiff::SignedDuration::from_mins(10)),
+            Duration::from_secs(5)
+        );
+    }
+}

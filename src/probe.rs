@@ -1,0 +1,595 @@
+//! The opt-in guest probe's I/O (docs/guest-probe.md): for each VM that `verdict::probe`
+//! says is due, find its network's Running virtual router (`listRouters`), start `arping`
+//! there (`runDiagnostics`, an async job; `ping` when arping cannot run), and read the job
+//! when it has finished. The answers go into the VM's history, where the verdict engine reads
+//! them.
+//!
+//! [`Prober::step`] never waits for a job: it collects the jobs that finished since the last
+//! step and starts the ones now due, so the controller calls it every few seconds between
+//! polls and the benches call it as they move simulated time. Bounded by a budget per scope
+//! per minute and by the jobs in flight; a key CloudStack refuses is reported once and not
+//! used again until it changes.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use jiff::{SignedDuration, Timestamp};
+use tracing::{debug, warn};
+
+use crate::cloudstack::client::{AsyncJobState, CloudStackClient, DiagnosticsKind};
+use crate::cloudstack::diagnostics::{read_arping, read_ping, ProbeReading};
+use crate::cloudstack::error::CloudStackError;
+use crate::cloudstack::model::{pick_router, DiagnosticsOutput};
+use crate::status::ProbeReport;
+use crate::verdict::probe::{
+    assess_probe, probe_due, ProbeAnswer, ProbeAttempt, ProbeEvidence, ProbeNic,
+};
+use crate::verdict::{Graces, MachineFacts, VmHistory};
+
+/// The probe's bounds (flags of `run` and `check`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeLimits {
+    pub per_scope_per_minute: u32,
+    pub max_in_flight: usize,
+    pub job_timeout: SignedDuration,
+    /// `params` of the arping job.
+    pub arping_params: String,
+}
+
+impl Default for ProbeLimits {
+    fn default() -> Self {
+        Self {
+            per_scope_per_minute: 60,
+            max_in_flight: 8,
+            job_timeout: SignedDuration::from_mins(2),
+            arping_params: "-c 3 -f".to_string(),
+        }
+    }
+}
+
+/// How one step went, for the caller's scheduling.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepOutcome {
+    /// Some VM's probe evidence changed kind (e.g. its unanswered attempts now count): a
+    /// decision now would differ from the last one.
+    pub evidence_changed: bool,
+    pub started: usize,
+    pub finished: usize,
+}
+
+/// One scope's VM histories, offered to a step.
+pub struct ScopeHistories<'a> {
+    pub scope: &'a str,
+    pub histories: &'a mut BTreeMap<String, VmHistory>,
+}
+
+#[derive(Debug, Clone)]
+struct InFlight {
+    scope: String,
+    vm_id: String,
+    router_id: String,
+    router: String,
+    nic: ProbeNic,
+    /// When the attempt began (its first job), which pacing counts from.
+    began: Timestamp,
+    /// When the current job was started.
+    job_started: Timestamp,
+    job: String,
+    kind: DiagnosticsKind,
+}
+
+/// Poll intervals a network's "no Running router" answer is kept.
+const NO_ROUTER_KEPT_POLLS: i32 = 5;
+
+/// A network's router as last looked up.
+#[derive(Debug, Clone)]
+struct RouterSeen {
+    router: Option<(String, String)>,
+    at: Timestamp,
+}
+
+/// The probe's client, budget and jobs in flight.
+pub struct Prober {
+    client: CloudStackClient,
+    limits: ProbeLimits,
+    in_flight: Vec<InFlight>,
+    routers: HashMap<String, RouterSeen>,
+    started_per_scope: HashMap<String, VecDeque<Timestamp>>,
+    report: ProbeReport,
+}
+
+/// Outcome of one finished (or failed) job.
+enum JobEnd {
+    Answer(ProbeAnswer),
+    /// arping could not run (its setup error): ask with ping instead.
+    TryPing(String),
+    Refused(String),
+}
+
+impl Prober {
+    pub fn new(client: CloudStackClient, limits: ProbeLimits) -> Self {
+        let report = ProbeReport {
+            enabled: true,
+            endpoint: Some(client.api_url().to_string()),
+            ..ProbeReport::default()
+        };
+        Self {
+            client,
+            limits,
+            in_flight: Vec::new(),
+            routers: HashMap::new(),
+            started_per_scope: HashMap::new(),
+            report,
+        }
+    }
+
+    /// Whether VMs listed through `api_url` can be probed with this key: same endpoint.
+    pub fn covers(&self, api_url: &str) -> bool {
+        same_endpoint(self.client.api_url(), api_url)
+    }
+
+    pub fn report(&self) -> ProbeReport {
+        ProbeReport {
+            in_flight: self.in_flight.len(),
+            ..self.report.clone()
+        }
+    }
+
+    /// Collects finished jobs into the histories and starts the probes due at `now`.
+    /// `facts` gives each VM's Machine facts; `None` means "not a Machine's VM: never probe".
+    pub async fn step(
+        &mut self,
+        scopes: &mut [ScopeHistories<'_>],
+        facts: &dyn Fn(&str) -> Option<MachineFacts>,
+        graces: &Graces,
+        now: Timestamp,
+    ) -> StepOutcome {
+        let mut outcome = StepOutcome::default();
+        if graces.probe.is_none() {
+            return outcome;
+        }
+        self.collect(scopes, graces, now, &mut outcome).await;
+        if self.report.refused.is_none() {
+            self.start_due(scopes, facts, graces, now, &mut outcome)
+                .await;
+        }
+        outcome
+    }
+
+    async fn collect(
+        &mut self,
+        scopes: &mut [ScopeHistories<'_>],
+        graces: &Graces,
+        now: Timestamp,
+        outcome: &mut StepOutcome,
+    ) {
+        if self.in_flight.is_empty() {
+            return;
+        }
+        let polls = futures::future::join_all(
+            self.in_flight
+                .iter()
+                .map(|f| self.client.query_async_job(&f.job)),
+        )
+        .await;
+        let mut still = Vec::new();
+        let mut retry_with_ping = Vec::new();
+        for (f, polled) in std::mem::take(&mut self.in_flight).into_iter().zip(polls) {
+            let end = match polled {
+                Ok(AsyncJobState::Pending) => {
+                    if now.duration_since(f.job_started) >= self.limits.job_timeout {
+                        JobEnd::Answer(ProbeAnswer::NoEvidence(format!(
+                            "the {} job on router {} did not finish within {}",
+                            f.kind.as_str(),
+                            f.router,
+                            crate::verdict::human_duration(self.limits.job_timeout)
+                        )))
+                    } else {
+                        still.push(f);
+                        continue;
+                    }
+                }
+                Ok(AsyncJobState::Succeeded(value)) => read_job_output(&f, &value),
+                Ok(AsyncJobState::Failed { text, .. }) => {
+                    JobEnd::Answer(ProbeAnswer::NoEvidence(format!(
+                        "the {} job on router {} failed: {text}",
+                        f.kind.as_str(),
+                        f.router
+                    )))
+                }
+                Err(e) => error_end(&e, &format!("reading the {} job", f.kind.as_str())),
+            };
+            match end {
+                JobEnd::TryPing(why) => {
+                    debug!(vm = %f.vm_id, %why, "arping could not run; trying ping");
+                    retry_with_ping.push(f);
+                }
+                JobEnd::Refused(why) => {
+                    self.refuse(why);
+                    self.finish(
+                        scopes,
+                        &f,
+                        ProbeAnswer::NoEvidence("probe key refused".into()),
+                        graces,
+                        now,
+                        outcome,
+                    );
+                }
+                JobEnd::Answer(answer) => self.finish(scopes, &f, answer, graces, now, outcome),
+            }
+        }
+        self.in_flight = still;
+        for f in retry_with_ping {
+            match self
+                .start_job(&f.router_id, &f.nic, DiagnosticsKind::Ping)
+                .await
+            {
+                Ok(job) => self.in_flight.push(InFlight {
+                    job,
+                    job_started: now,
+                    kind: DiagnosticsKind::Ping,
+                    ..f
+                }),
+                Err(end) => {
+                    let answer = match end {
+                        JobEnd::Refused(why) => {
+                            self.refuse(why);
+                            ProbeAnswer::NoEvidence("probe key refused".into())
+                        }
+                        JobEnd::Answer(a) => a,
+                        JobEnd::TryPing(why) => ProbeAnswer::NoEvidence(why),
+                    };
+                    self.finish(scopes, &f, answer, graces, now, outcome);
+                }
+            }
+        }
+    }
+
+    /// Records a finished attempt in its VM's history (if the VM is still tracked).
+    fn finish(
+        &mut self,
+        scopes: &mut [ScopeHistories<'_>],
+        f: &InFlight,
+        answer: ProbeAnswer,
+        graces: &Graces,
+        now: Timestamp,
+        outcome: &mut StepOutcome,
+    ) {
+        match &answer {
+            ProbeAnswer::Reply => self.report.counts.replies += 1,
+            ProbeAnswer::NoReply => self.report.counts.no_replies += 1,
+            ProbeAnswer::NoEvidence(why) => {
+                self.report.counts.no_evidence += 1;
+                debug!(vm = %f.vm_id, router = %f.router, %why, "probe gave no evidence");
+            }
+        }
+        outcome.finished += 1;
+        let Some(h) = history_mut(scopes, &f.scope, &f.vm_id) else {
+            return;
+        };
+        let attempt = ProbeAttempt {
+            at: f.began,
+            router: f.router.clone(),
+            answer,
+        };
+        record_attempt(h, attempt, graces, now, outcome);
+    }
+
+    async fn start_due(
+        &mut self,
+        scopes: &mut [ScopeHistories<'_>],
+        facts: &dyn Fn(&str) -> Option<MachineFacts>,
+        graces: &Graces,
+        now: Timestamp,
+        outcome: &mut StepOutcome,
+    ) {
+        // Oldest last attempt first, so that a budget shortfall rotates over the VMs.
+        let mut due: Vec<(Option<Timestamp>, String, String, ProbeNic)> = Vec::new();
+        for s in scopes.iter() {
+            for h in s.histories.values() {
+                let Some(machine) = facts(&h.vm_id) else {
+                    continue;
+                };
+                if self.in_flight.iter().any(|f| f.vm_id == h.vm_id) {
+                    continue;
+                }
+                if let Some(target) = probe_due(h, &machine, graces, now) {
+                    let last = h.probe.attempts.back().map(|a| a.at);
+                    due.push((last, s.scope.to_string(), target.vm_id, target.nic));
+                }
+            }
+        }
+        due.sort_by_key(|a| a.0);
+        let minute_ago = now - SignedDuration::from_mins(1);
+        for (_, scope, vm_id, nic) in due {
+            if self.report.refused.is_some() {
+                break;
+            }
+            if self.in_flight.len() >= self.limits.max_in_flight {
+                self.report.counts.skipped_in_flight_cap += 1;
+                continue;
+            }
+            let starts = self.started_per_scope.entry(scope.clone()).or_default();
+            while starts.front().is_some_and(|t| *t <= minute_ago) {
+                starts.pop_front();
+            }
+            if starts.len() >= self.limits.per_scope_per_minute as usize {
+                self.report.counts.skipped_for_budget += 1;
+                continue;
+            }
+            starts.push_back(now);
+            let router = match self.router_for(&nic.network_id, graces, now).await {
+                Ok(Some(r)) => r,
+                Ok(None) => {
+                    let f = self.pending(&scope, &vm_id, ("", ""), &nic, now);
+                    let why = format!(
+                        "network {} has no Running virtual router to probe from",
+                        nic.network_id
+                    );
+                    self.finish(
+                        scopes,
+                        &f,
+                        ProbeAnswer::NoEvidence(why),
+                        graces,
+                        now,
+                        outcome,
+                    );
+                    continue;
+                }
+                Err(JobEnd::Refused(why)) => {
+                    self.refuse(why);
+                    break;
+                }
+                Err(JobEnd::Answer(ProbeAnswer::NoEvidence(why)) | JobEnd::TryPing(why)) => {
+                    let f = self.pending(&scope, &vm_id, ("", ""), &nic, now);
+                    self.finish(
+                        scopes,
+                        &f,
+                        ProbeAnswer::NoEvidence(why),
+                        graces,
+                        now,
+                        outcome,
+                    );
+                    continue;
+                }
+                Err(JobEnd::Answer(_)) => continue,
+            };
+            let f = self.pending(&scope, &vm_id, (&router.0, &router.1), &nic, now);
+            if let Some(h) = history_mut(scopes, &scope, &vm_id) {
+                h.probe.started(now);
+            }
+            match self
+                .start_job(&router.0, &nic, DiagnosticsKind::Arping)
+                .await
+            {
+                Ok(job) => {
+                    outcome.started += 1;
+                    self.in_flight.push(InFlight { job, ..f });
+                }
+                Err(JobEnd::Refused(why)) => {
+                    self.refuse(why);
+                    self.finish(
+                        scopes,
+                        &f,
+                        ProbeAnswer::NoEvidence("probe key refused".into()),
+                        graces,
+                        now,
+                        outcome,
+                    );
+                    break;
+                }
+                Err(JobEnd::Answer(a)) => self.finish(scopes, &f, a, graces, now, outcome),
+                Err(JobEnd::TryPing(why)) => self.finish(
+                    scopes,
+                    &f,
+                    ProbeAnswer::NoEvidence(why),
+                    graces,
+                    now,
+                    outcome,
+                ),
+            }
+        }
+    }
+
+    fn pending(
+        &self,
+        scope: &str,
+        vm_id: &str,
+        (router_id, router): (&str, &str),
+        nic: &ProbeNic,
+        now: Timestamp,
+    ) -> InFlight {
+        InFlight {
+            scope: scope.to_string(),
+            vm_id: vm_id.to_string(),
+            router_id: router_id.to_string(),
+            router: router.to_string(),
+            nic: nic.clone(),
+            began: now,
+            job_started: now,
+            job: String::new(),
+            kind: DiagnosticsKind::Arping,
+        }
+    }
+
+    /// The network's Running router (PRIMARY first), looked up at most once per poll
+    /// interval per network.
+    async fn router_for(
+        &mut self,
+        network_id: &str,
+        graces: &Graces,
+        now: Timestamp,
+    ) -> Result<Option<(String, String)>, JobEnd> {
+        if let Some(seen) = self.routers.get(network_id) {
+            // A network without a Running router rarely gets one soon: ask again only after
+            // a few polls.
+            let keep = if seen.router.is_some() {
+                graces.poll_interval
+            } else {
+                graces.poll_interval * NO_ROUTER_KEPT_POLLS
+            };
+            if now.duration_since(seen.at) < keep {
+                return Ok(seen.router.clone());
+            }
+        }
+        self.report.counts.router_lookups += 1;
+        match self.client.list_routers(network_id).await {
+            Ok(listing) => {
+                let router =
+                    pick_router(&listing.items, network_id).map(|r| (r.id.clone(), r.name.clone()));
+                self.routers.insert(
+                    network_id.to_string(),
+                    RouterSeen {
+                        router: router.clone(),
+                        at: now,
+                    },
+                );
+                Ok(router)
+            }
+            Err(e) => {
+                let end = error_end(&e, "looking up the network's router");
+                if let JobEnd::Answer(ProbeAnswer::NoEvidence(why)) = &end {
+                    self.report.last_error = Some(why.clone());
+                }
+                Err(end)
+            }
+        }
+    }
+
+    async fn start_job(
+        &mut self,
+        router_id: &str,
+        nic: &ProbeNic,
+        kind: DiagnosticsKind,
+    ) -> Result<String, JobEnd> {
+        self.report.counts.jobs_started += 1;
+        let params = match kind {
+            DiagnosticsKind::Arping => Some(self.limits.arping_params.as_str()),
+            DiagnosticsKind::Ping => Some("-c 3"),
+        };
+        self.client
+            .run_diagnostics(router_id, nic.address, kind, params)
+            .await
+            .map_err(|e| error_end(&e, &format!("starting {}", kind.as_str())))
+    }
+
+    fn refuse(&mut self, why: String) {
+        if self.report.refused.is_none() {
+            warn!(%why, "CloudStack refused the probe key; the guest probe is off until its Secret changes");
+            self.report.refused = Some(why);
+        }
+    }
+}
+
+/// Records a finished attempt and notes whether the VM's probe evidence changed kind.
+fn record_attempt(
+    h: &mut VmHistory,
+    attempt: ProbeAttempt,
+    graces: &Graces,
+    now: Timestamp,
+    outcome: &mut StepOutcome,
+) {
+    let kind = |h: &VmHistory| match h.sighting.as_ref() {
+        Some(seen) => std::mem::discriminant(&assess_probe(h, seen, graces, now)),
+        None => std::mem::discriminant(&ProbeEvidence::None),
+    };
+    let before = kind(h);
+    h.probe.record(attempt);
+    if kind(h) != before {
+        outcome.evidence_changed = true;
+    }
+}
+
+fn history_mut<'h>(
+    scopes: &'h mut [ScopeHistories<'_>],
+    scope: &str,
+    vm_id: &str,
+) -> Option<&'h mut VmHistory> {
+    scopes
+        .iter_mut()
+        .find(|s| s.scope == scope)?
+        .histories
+        .get_mut(vm_id)
+}
+
+/// A finished job's output, read as the tool printed it.
+fn read_job_output(f: &InFlight, value: &serde_json::Value) -> JobEnd {
+    let out: DiagnosticsOutput = match serde_json::from_value(value.clone()) {
+        Ok(o) => o,
+        Err(e) => {
+            return JobEnd::Answer(ProbeAnswer::NoEvidence(format!(
+                "the {} job's result is not a diagnostics answer: {e}",
+                f.kind.as_str()
+            )))
+        }
+    };
+    let reading = match f.kind {
+        DiagnosticsKind::Arping => read_arping(&out, f.nic.mac.as_deref()),
+        DiagnosticsKind::Ping => read_ping(&out),
+    };
+    match (f.kind, reading) {
+        (_, ProbeReading::Reply { .. }) => JobEnd::Answer(ProbeAnswer::Reply),
+        (_, ProbeReading::NoReply) => JobEnd::Answer(ProbeAnswer::NoReply),
+        (_, ProbeReading::ReplyFromOtherMac { mac }) => {
+            JobEnd::Answer(ProbeAnswer::NoEvidence(format!(
+                "{} was answered by MAC {mac}, not the NIC's (a duplicate address or proxy ARP)",
+                f.nic.address
+            )))
+        }
+        (DiagnosticsKind::Arping, ProbeReading::NoEvidence(why)) => {
+            JobEnd::TryPing(format!("arping on router {}: {why}", f.router))
+        }
+        (DiagnosticsKind::Ping, ProbeReading::NoEvidence(why)) => JobEnd::Answer(
+            ProbeAnswer::NoEvidence(format!("ping on router {}: {why}", f.router)),
+        ),
+    }
+}
+
+/// An API error: a refused key stops the probe; anything else is no evidence.
+fn error_end(e: &CloudStackError, doing: &str) -> JobEnd {
+    if e.is_refused_by_role() {
+        JobEnd::Refused(format!("{doing}: {}", e.stable_summary()))
+    } else {
+        JobEnd::Answer(ProbeAnswer::NoEvidence(format!(
+            "{doing}: {}",
+            e.stable_summary()
+        )))
+    }
+}
+
+/// Two API URLs name the same endpoint: scheme, host, port and path, case-insensitive host,
+/// trailing slash ignored.
+pub fn same_endpoint(a: &str, b: &str) -> bool {
+    fn norm(u: &str) -> Option<String> {
+        let url = url::Url::parse(u.trim()).ok()?;
+        Some(format!(
+            "{}://{}:{}{}",
+            url.scheme(),
+            url.host_str()?.to_ascii_lowercase(),
+            url.port_or_known_default()?,
+            url.path().trim_end_matches('/')
+        ))
+    }
+    matches!((norm(a), norm(b)), (Some(x), Some(y)) if x == y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_match_by_scheme_host_port_and_path() {
+        assert!(same_endpoint(
+            "https://CS.example:443/client/api",
+            "https://cs.example/client/api/"
+        ));
+        assert!(!same_endpoint(
+            "https://cs.example/client/api",
+            "http://cs.example/client/api"
+        ));
+        assert!(!same_endpoint(
+            "https://a/client/api",
+            "https://b/client/api"
+        ));
+        assert!(!same_endpoint("not a url", "not a url"));
+    }
+}
