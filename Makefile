@@ -74,7 +74,7 @@ e2e: build apiserver-runner e2e-build e2e-build-114
 KUBE_TESTS := -- --include-ignored --skip measure_
 test-rust: apiserver-runner
 	hack/with-apiserver.sh capi-1.9 $(CARGO) test --workspace $(KUBE_TESTS)
-	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_rbac --test controller_rows --test controller_faults --test fault_matrix --test run_binary --test deploy_manifests $(KUBE_TESTS)
+	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_probe --test controller_rbac --test controller_rows --test controller_faults --test fault_matrix --test run_binary --test deploy_manifests $(KUBE_TESTS)
 	hack/with-apiserver.sh capi-1.13-v1beta2-only $(CARGO) test --test controller_v1beta2_only --test controller_kube --test controller_rbac --test run_binary $(KUBE_TESTS)
 
 test-conformance: build

@@ -292,6 +292,53 @@ mod tests {
     }
 
     #[test]
+    fn arping_params_follow_cloudstacks_rule_and_pacing_derives_from_stats() {
+        assert_eq!(parse_diagnostics_params(" -c 3 -f ").unwrap(), "-c 3 -f");
+        assert_eq!(
+            parse_diagnostics_params("-I eth2 -c 2").unwrap(),
+            "-I eth2 -c 2"
+        );
+        for bad in ["-c 3; reboot", "$(id)", "-I eth0|x", "", "  "] {
+            assert!(
+                parse_diagnostics_params(bad)
+                    .unwrap_err()
+                    .contains("runDiagnostics"),
+                "{bad:?}"
+            );
+        }
+        #[derive(clap::Parser)]
+        struct P {
+            #[command(flatten)]
+            probe: ProbeArgs,
+        }
+        use clap::Parser;
+        let p = P::try_parse_from(["x"]).unwrap().probe;
+        let g = p.graces(SignedDuration::from_secs(60));
+        assert_eq!(
+            (g.attempts, g.spacing, g.recheck),
+            (
+                3,
+                SignedDuration::from_secs(15),
+                SignedDuration::from_secs(30)
+            )
+        );
+        let p = P::try_parse_from(["x", "--probe-spacing", "5s", "--probe-attempts", "2"])
+            .unwrap()
+            .probe;
+        let g = p.graces(SignedDuration::from_secs(6));
+        assert_eq!(
+            (g.attempts, g.spacing, g.recheck),
+            (
+                2,
+                SignedDuration::from_secs(5),
+                SignedDuration::from_secs(3)
+            )
+        );
+        assert!(P::try_parse_from(["x", "--probe-attempts", "0"]).is_err());
+        assert!(P::try_parse_from(["x", "--probe-arping-params", "-c 1;x"]).is_err());
+    }
+
+    #[test]
     fn bounded_durations_and_rates_say_what_is_allowed() {
         let poll = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1));
         assert_eq!(poll("1s").unwrap(), SignedDuration::from_secs(1));

@@ -420,6 +420,48 @@ mod tests {
         text.lines().any(|l| l == line)
     }
 
+    #[test]
+    fn probe_counts_become_counters_that_only_grow() {
+        let m = Metrics::new();
+        let mut r = crate::status::ProbeReport {
+            enabled: true,
+            in_flight: 3,
+            ..Default::default()
+        };
+        r.counts.jobs_started = 5;
+        r.counts.replies = 4;
+        m.observe_probe(&r);
+        r.counts.jobs_started = 7;
+        r.counts.no_replies = 1;
+        r.refused = Some("The API runDiagnostics is denied for the account's role.".into());
+        m.observe_probe(&r);
+        let text = m.encode();
+        assert!(
+            has_line(
+                &text,
+                "capc_health_probe_events_total{event=\"job_started\"} 7"
+            ),
+            "{text}"
+        );
+        assert!(has_line(
+            &text,
+            "capc_health_probe_events_total{event=\"reply\"} 4"
+        ));
+        assert!(has_line(
+            &text,
+            "capc_health_probe_events_total{event=\"no_reply\"} 1"
+        ));
+        assert!(has_line(&text, "capc_health_probe_in_flight 3"));
+        assert!(has_line(&text, "capc_health_probe_refused 1"));
+        // A new prober (a rotated key) starts its counts at 0: the counter still grows.
+        r.counts.jobs_started = 2;
+        m.observe_probe(&r);
+        assert!(has_line(
+            &m.encode(),
+            "capc_health_probe_events_total{event=\"job_started\"} 9"
+        ));
+    }
+
     #[track_caller]
     fn assert_line(text: &str, line: &str) {
         assert!(has_line(text, line), "missing line {line:?} in:\n{text}");

@@ -153,6 +153,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn probe_secrets_are_namespace_slash_name() {
+        let r = parse_secret_ref("capc-system/probe-key").unwrap();
+        assert_eq!(r.to_string(), "capc-system/probe-key");
+        for bad in ["probe-key", "/x", "ns/", "a/b/c", ""] {
+            assert!(
+                parse_secret_ref(bad)
+                    .unwrap_err()
+                    .contains("NAMESPACE/NAME"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn endpoint_overrides_name_what_is_wrong() {
         let o = parse_override("https://cloud.example/client/api=capc-system/ro-key").unwrap();
         assert_eq!(o.api_url, "https://cloud.example/client/api");
