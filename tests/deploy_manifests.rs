@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use capc_health_shim::cloudstack::client::RetryPolicy;
-use capc_health_shim::controller::config::parse_override;
+use capc_health_shim::controller::config::{parse_override, parse_secret_ref};
 use capc_health_shim::verdict::condition::DEFAULT_CONDITION_TYPE;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -472,6 +472,36 @@ fn the_endpoint_credentials_examples_parse_and_name_the_example_secret() {
         seen >= 2,
         "examples in the Secret, the Deployment and the README"
     );
+}
+
+/// Every `--probe-credentials=` example in `deploy/` parses and names the probe's example
+/// Secret, which carries the three keys the probe reads.
+#[test]
+fn the_probe_credentials_examples_parse_and_name_the_probe_secret() {
+    let ms = manifests();
+    let secret = in_file(&ms, "examples/cloudstack-probe-secret.yaml");
+    for key in ["api-url", "api-key", "secret-key"] {
+        assert!(secret["stringData"][key].is_string(), "{key}");
+    }
+    let mut seen = 0;
+    for path in yaml_files(&deploy_dir()) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (at, _) in text.match_indices("--probe-credentials=") {
+            let value: String = text[at + "--probe-credentials=".len()..]
+                .chars()
+                .take_while(|c| !c.is_whitespace() && !matches!(c, '`' | '"' | '\''))
+                .collect();
+            let r = parse_secret_ref(&value)
+                .unwrap_or_else(|e| panic!("{}: {value}: {e}", path.display()));
+            assert_eq!(
+                r.namespace,
+                secret["metadata"]["namespace"].as_str().unwrap()
+            );
+            assert_eq!(r.name, secret["metadata"]["name"].as_str().unwrap());
+            seen += 1;
+        }
+    }
+    assert!(seen >= 2, "examples in the Secret and the Deployment");
 }
 
 /// The real binary accepts the Deployment's arguments and environment: it gets past flag
