@@ -200,6 +200,10 @@ pub struct ProbeArgs {
     /// After a reply, the next attempt no sooner than this [default: half of --stats-interval].
     #[arg(long, value_parser = duration_in(SignedDuration::from_millis(100), SignedDuration::from_hours(1)), value_name = "DURATION")]
     pub probe_recheck: Option<SignedDuration>,
+    /// How long after it went Running a guest never seen alive may take to answer ARP before
+    /// its silence counts [default: --stats-interval]. Raise it for images that boot slowly.
+    #[arg(long, value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1)), value_name = "DURATION")]
+    pub probe_boot_grace: Option<SignedDuration>,
     /// Probe jobs started per CloudStack scope per minute, at most.
     #[arg(long, default_value_t = 60, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub probe_max_per_scope_per_minute: u32,
@@ -241,6 +245,7 @@ impl ProbeArgs {
             attempts: self.probe_attempts.max(1),
             spacing: self.probe_spacing.unwrap_or(derived.spacing),
             recheck: self.probe_recheck.unwrap_or(derived.recheck),
+            boot_grace: self.probe_boot_grace.unwrap_or(derived.boot_grace),
         }
     }
 

@@ -27,17 +27,24 @@ pub struct ProbeGraces {
     pub spacing: SignedDuration,
     /// After a reply (or an attempt without evidence), the next attempt no sooner than this.
     pub recheck: SignedDuration,
+    /// How long after it went Running a guest never seen alive (no reply, no rise of its
+    /// counter) may take to answer ARP: its kernel may still be booting. Its silence counts
+    /// only after this.
+    pub boot_grace: SignedDuration,
 }
 
 impl ProbeGraces {
     /// Derived from the stats interval, so that a faster-clocked test or demo scales with it:
     /// three attempts a quarter interval apart (all within one collection), a reply rechecked
-    /// after half an interval.
+    /// after half an interval, a whole interval for a fresh guest's boot (a cloud image's
+    /// kernel answers ARP once DHCP configured it, seconds after the hypervisor starts it).
     pub fn from_stats_interval(stats_interval: SignedDuration) -> Self {
+        let floor = SignedDuration::from_secs(1);
         Self {
             attempts: 3,
-            spacing: (stats_interval / 4).max(SignedDuration::from_secs(1)),
-            recheck: (stats_interval / 2).max(SignedDuration::from_secs(1)),
+            spacing: (stats_interval / 4).max(floor),
+            recheck: (stats_interval / 2).max(floor),
+            boot_grace: stats_interval.max(floor),
         }
     }
 }
@@ -235,13 +242,11 @@ pub fn assess_probe(h: &VmHistory, seen: &Sighting, g: &Graces, now: Timestamp) 
         };
     }
     // A guest never seen alive (no reply, no rise of its counter) may still be booting: its
-    // silence counts only after the time counters alone would also wait for it, so the probe
-    // speeds up only guests that were up and went silent — and judges the rest on every
-    // hypervisor, not sooner.
+    // silence counts only once its boot grace has passed.
     let alive_before = h.probe.ever_answered || h.traffic.rises > 0;
     let counts_from = match (alive_before, h.state_since) {
         (true, _) => None,
-        (false, Some(running_since)) => Some(running_since + boot_allowance(g)),
+        (false, Some(running_since)) => Some(running_since + pg.boot_grace),
         (false, None) => return ProbeEvidence::None,
     };
     let run: Vec<&ProbeAttempt> = h
@@ -273,12 +278,6 @@ pub fn assess_probe(h: &VmHistory, seen: &Sighting, g: &Graces, now: Timestamp) 
         attempts: pg.attempts.max(1),
         since: first.at,
     }
-}
-
-/// How long a guest never seen alive may take to boot before its silence counts: the
-/// silent-sample window counters alone need.
-pub fn boot_allowance(g: &Graces) -> SignedDuration {
-    g.stats_interval * i32::try_from(g.silent_samples.max(1)).unwrap_or(i32::MAX)
 }
 
 /// Traffic stats are reported and show nothing sent after `since`: a rise of the counter
@@ -623,45 +622,36 @@ mod tests {
     }
 
     #[test]
-    fn a_guest_never_seen_alive_gets_the_boot_allowance_counters_would_give() {
+    fn a_guest_never_seen_alive_gets_its_boot_grace() {
         let g = graces();
-        let allowance = boot_allowance(&g).as_secs();
-        assert_eq!(allowance, 180);
+        let grace = g.probe.as_ref().unwrap().boot_grace.as_secs();
+        assert_eq!(grace, 60);
         // Running since 0, never sent a byte, never answered: maybe still booting.
         let mut h = polled(&g, "VMware", 0, 120, |_| 5);
-        for s in [60, 75, 90] {
+        for s in [20, 35, 50] {
             attempt(&mut h, s, ProbeAnswer::NoReply);
         }
-        assert_ne!(
-            evaluate(&h, &no_node(), &g, at_s(120)).status,
-            Status::False
-        );
-        // Past the allowance, three more unanswered attempts count (the early ones do not).
-        for t in (150..=240).step_by(30) {
-            h.record(PollOutcome::Seen(&vm(5, "VMware")), at_s(t), &g);
-        }
-        attempt(&mut h, 180, ProbeAnswer::NoReply);
-        attempt(&mut h, 195, ProbeAnswer::NoReply);
-        assert_ne!(
-            evaluate(&h, &no_node(), &g, at_s(200)).status,
-            Status::False
-        );
-        attempt(&mut h, 210, ProbeAnswer::NoReply);
-        let v = evaluate(&h, &no_node(), &g, at_s(240));
+        assert_ne!(evaluate(&h, &no_node(), &g, at_s(60)).status, Status::False);
+        // Past the grace, three unanswered attempts count (the early ones do not).
+        attempt(&mut h, 65, ProbeAnswer::NoReply);
+        attempt(&mut h, 80, ProbeAnswer::NoReply);
+        assert_ne!(evaluate(&h, &no_node(), &g, at_s(90)).status, Status::False);
+        attempt(&mut h, 95, ProbeAnswer::NoReply);
+        let v = evaluate(&h, &no_node(), &g, at_s(120));
         assert_eq!(v.status, Status::False, "{v:?}");
         assert!(
-            v.message.contains("since 2027-01-15T08:03:00Z"),
+            v.message.contains("since 2027-01-15T08:01:05Z"),
             "{}",
             v.message
         );
         // One reply ever makes it a guest seen alive: its silence counts at once.
-        let mut answered = polled(&g, "VMware", 0, 120, |_| 5);
-        attempt(&mut answered, 30, ProbeAnswer::Reply);
-        for s in [60, 75, 90] {
+        let mut answered = polled(&g, "VMware", 0, 60, |_| 5);
+        attempt(&mut answered, 10, ProbeAnswer::Reply);
+        for s in [20, 35, 50] {
             attempt(&mut answered, s, ProbeAnswer::NoReply);
         }
         assert_eq!(
-            evaluate(&answered, &no_node(), &g, at_s(120)).status,
+            evaluate(&answered, &no_node(), &g, at_s(60)).status,
             Status::False
         );
     }
