@@ -207,8 +207,9 @@ pub struct ProbeArgs {
     /// Probe jobs started per CloudStack scope per minute, at most.
     #[arg(long, default_value_t = 60, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub probe_max_per_scope_per_minute: u32,
-    /// Probe jobs in flight at once, at most.
-    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    /// Probe jobs in flight at once, at most (and never two on one router: it runs them one
+    /// at a time).
+    #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub probe_max_in_flight: u16,
     /// A probe job not finished after this long is no evidence.
     #[arg(long, default_value = "2m", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1)), value_name = "DURATION")]

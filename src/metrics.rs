@@ -66,7 +66,8 @@ pub struct WriteLabels {
 }
 
 /// A guest probe attempt's answer (`reply`, `no_reply`, `no_evidence`), or what else the
-/// probe counted (`job_started`, `router_lookup`, `skipped_budget`, `skipped_in_flight_cap`).
+/// probe counted (`job_started`, `router_lookup`, `skipped_budget`, `skipped_in_flight_cap`,
+/// `skipped_router_busy`).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProbeLabels {
     pub event: String,
@@ -210,7 +211,7 @@ impl Metrics {
         let probe_events = Family::<ProbeLabels, Counter>::default();
         registry.register(
             "probe_events",
-            "Guest probe: attempts by answer (reply, no_reply, no_evidence), jobs started, router lookups, probes skipped for the budget or the in-flight cap",
+            "Guest probe: attempts by answer (reply, no_reply, no_evidence), jobs started, router lookups, probes skipped for the budget, the in-flight cap or a busy router",
             probe_events.clone(),
         );
         let probe_in_flight = Gauge::default();
@@ -271,6 +272,11 @@ impl Metrics {
                 "skipped_in_flight_cap",
                 c.skipped_in_flight_cap,
                 &mut seen.skipped_in_flight_cap,
+            ),
+            (
+                "skipped_router_busy",
+                c.skipped_router_busy,
+                &mut seen.skipped_router_busy,
             ),
         ];
         for (event, now, before) in pairs {

@@ -21,7 +21,7 @@ use crate::cloudstack::error::CloudStackError;
 use crate::cloudstack::model::{pick_router, DiagnosticsOutput};
 use crate::status::ProbeReport;
 use crate::verdict::probe::{
-    assess_probe, probe_due, ProbeAnswer, ProbeAttempt, ProbeEvidence, ProbeNic,
+    assess_probe, following_up, probe_due, ProbeAnswer, ProbeAttempt, ProbeEvidence, ProbeNic,
 };
 use crate::verdict::{Graces, MachineFacts, VmHistory};
 
@@ -39,7 +39,7 @@ impl Default for ProbeLimits {
     fn default() -> Self {
         Self {
             per_scope_per_minute: 60,
-            max_in_flight: 8,
+            max_in_flight: 16,
             job_timeout: SignedDuration::from_mins(2),
             arping_params: "-c 3 -f".to_string(),
         }
@@ -76,6 +76,10 @@ struct InFlight {
     job: String,
     kind: DiagnosticsKind,
 }
+
+/// Start order of due probes: follow-ups of unanswered attempts (`false` first), then the
+/// oldest last attempt.
+type DueOrder = (bool, Option<Timestamp>);
 
 /// Poll intervals a network's "no Running router" answer is kept.
 const NO_ROUTER_KEPT_POLLS: i32 = 5;
@@ -282,8 +286,10 @@ impl Prober {
         now: Timestamp,
         outcome: &mut StepOutcome,
     ) {
-        // Oldest last attempt first, so that a budget shortfall rotates over the VMs.
-        let mut due: Vec<(Option<Timestamp>, String, String, ProbeNic)> = Vec::new();
+        // Follow-ups of unanswered attempts first (they decide a verdict), then the oldest last
+        // attempt first, so that a shortfall rotates over the VMs.
+        let pacing = graces.probe.as_ref();
+        let mut due: Vec<(DueOrder, String, String, ProbeNic)> = Vec::new();
         for s in scopes.iter() {
             for h in s.histories.values() {
                 let Some(machine) = facts(&h.vm_id) else {
@@ -293,8 +299,9 @@ impl Prober {
                     continue;
                 }
                 if let Some(target) = probe_due(h, &machine, graces, now) {
-                    let last = h.probe.attempts.back().map(|a| a.at);
-                    due.push((last, s.scope.to_string(), target.vm_id, target.nic));
+                    let follow_up = pacing.is_some_and(|pg| following_up(h, pg));
+                    let key = (!follow_up, h.probe.attempts.back().map(|a| a.at));
+                    due.push((key, s.scope.to_string(), target.vm_id, target.nic));
                 }
             }
         }
@@ -308,15 +315,6 @@ impl Prober {
                 self.report.counts.skipped_in_flight_cap += 1;
                 continue;
             }
-            let starts = self.started_per_scope.entry(scope.clone()).or_default();
-            while starts.front().is_some_and(|t| *t <= minute_ago) {
-                starts.pop_front();
-            }
-            if starts.len() >= self.limits.per_scope_per_minute as usize {
-                self.report.counts.skipped_for_budget += 1;
-                continue;
-            }
-            starts.push_back(now);
             let router = match self.router_for(&nic.network_id, graces, now).await {
                 Ok(Some(r)) => r,
                 Ok(None) => {
@@ -353,6 +351,22 @@ impl Prober {
                 }
                 Err(JobEnd::Answer(_)) => continue,
             };
+            // A router runs diagnostics one at a time (every command for it takes the same
+            // lock on the agent, VirtualRoutingResource): a second job would only queue there,
+            // and time out behind a busy router. Wait for the next step instead.
+            if self.in_flight.iter().any(|f| f.router_id == router.0) {
+                self.report.counts.skipped_router_busy += 1;
+                continue;
+            }
+            let starts = self.started_per_scope.entry(scope.clone()).or_default();
+            while starts.front().is_some_and(|t| *t <= minute_ago) {
+                starts.pop_front();
+            }
+            if starts.len() >= self.limits.per_scope_per_minute as usize {
+                self.report.counts.skipped_for_budget += 1;
+                continue;
+            }
+            starts.push_back(now);
             let f = self.pending(&scope, &vm_id, (&router.0, &router.1), &nic, now);
             if let Some(h) = history_mut(scopes, &scope, &vm_id) {
                 h.probe.started(now);
@@ -488,13 +502,20 @@ fn record_attempt(
     now: Timestamp,
     outcome: &mut StepOutcome,
 ) {
-    let kind = |h: &VmHistory| match h.sighting.as_ref() {
-        Some(seen) => std::mem::discriminant(&assess_probe(h, seen, graces, now)),
-        None => std::mem::discriminant(&ProbeEvidence::None),
+    // Only a change that can flip the verdict's status counts: silence that now suffices for
+    // False, or a reply that ends it. (A first reply, or one aging out, changes nothing the
+    // next regular cycle would not see; deciding early for those only re-polls every scope.)
+    let unanswered = |h: &VmHistory| {
+        h.sighting.as_ref().is_some_and(|seen| {
+            matches!(
+                assess_probe(h, seen, graces, now),
+                ProbeEvidence::Unanswered { .. }
+            )
+        })
     };
-    let before = kind(h);
+    let before = unanswered(h);
     h.probe.record(attempt);
-    if kind(h) != before {
+    if unanswered(h) != before {
         outcome.evidence_changed = true;
     }
 }

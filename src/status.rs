@@ -116,6 +116,8 @@ pub struct ProbeCounts {
     pub skipped_for_budget: u64,
     /// Due probes not started because the jobs in flight were at their cap.
     pub skipped_in_flight_cap: u64,
+    /// Due probes not started because their router was still running a job of ours.
+    pub skipped_router_busy: u64,
 }
 
 /// What `/status` shows of the probe.

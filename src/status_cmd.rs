@@ -419,7 +419,7 @@ fn probe_line(p: &crate::status::ProbeReport) -> String {
     let c = &p.counts;
     let mut line = format!(
         "guest probe ({}): {} jobs started, {} in flight; {} replies, {} unanswered, {} without evidence; \
-         {} skipped for the budget, {} for the in-flight cap",
+         {} skipped for the budget, {} for the in-flight cap, {} behind a busy router",
         cell(p.endpoint.as_deref().unwrap_or("key not loaded")),
         c.jobs_started,
         p.in_flight,
@@ -427,7 +427,8 @@ fn probe_line(p: &crate::status::ProbeReport) -> String {
         c.no_replies,
         c.no_evidence,
         c.skipped_for_budget,
-        c.skipped_in_flight_cap
+        c.skipped_in_flight_cap,
+        c.skipped_router_busy
     );
     if let Some(why) = &p.refused {
         line.push_str(&format!(

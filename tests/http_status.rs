@@ -167,6 +167,7 @@ fn report() -> StatusReport {
                 router_lookups: 5,
                 skipped_for_budget: 0,
                 skipped_in_flight_cap: 1,
+                skipped_router_busy: 2,
             },
             refused: None,
             last_error: None,

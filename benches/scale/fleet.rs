@@ -14,10 +14,12 @@ use capc_health_shim::check::{Checker, UsageHistoryMode, VmReport};
 use capc_health_shim::cloudstack::client::{
     ClientConfig, CloudStackClient, Credentials, VmListQuery,
 };
+use capc_health_shim::probe::{ProbeLimits, Prober};
+use capc_health_shim::verdict::probe::ProbeGraces;
 use capc_health_shim::verdict::{Graces, MassFailureGuard};
 use cloudstack_sim::{
-    self as sim, AccountType, GuestKind, HostChange, HostControl, Hypervisor, NetworkType, Profile,
-    Settings, SimServer, Simulator, VmSpec, VmState, World,
+    self as sim, AccountType, GuestKind, HostChange, HostControl, Hypervisor, NetworkSpec,
+    NetworkType, Profile, Settings, SimServer, Simulator, VmSpec, VmState, World,
 };
 use jiff::Timestamp;
 
@@ -102,6 +104,10 @@ pub struct FleetPlan {
     pub settings: Settings,
     /// Simulated start (ms since the epoch); the wall clock when `None`.
     pub start_ms: Option<i64>,
+    /// Each scope's VMs (but L2 ones) on an Isolated network of their own, owned by the scope,
+    /// with its own virtual router (a CAPC cluster's network), instead of all on the one
+    /// shared network (one router).
+    pub network_per_scope: bool,
 }
 
 impl Default for FleetPlan {
@@ -114,6 +120,7 @@ impl Default for FleetPlan {
             hypervisor: Hypervisor::Kvm,
             settings: Settings::default(),
             start_ms: None,
+            network_per_scope: false,
         }
     }
 }
@@ -193,6 +200,10 @@ fn account_name(i: usize) -> String {
 
 const L2_NETWORK: &str = "bench-l2";
 
+fn scope_network(i: usize) -> String {
+    format!("scope-{i}-net")
+}
+
 fn build_world(plan: &FleetPlan) -> Result<(World, Vec<Scope>, Vec<PlacedVm>), String> {
     let start = plan.start_ms.unwrap_or_else(sim::real_now_ms);
     let mut w = World::empty(plan.settings.clone(), start);
@@ -247,6 +258,20 @@ fn build_world(plan: &FleetPlan) -> Result<(World, Vec<Scope>, Vec<PlacedVm>), S
             .map_err(e)?;
         }
     }
+    if plan.network_per_scope {
+        for s in 0..plan.scopes {
+            let mut spec = NetworkSpec::new(
+                scope_network(s),
+                format!("10.{}.0.0/16", 100 + s),
+                NetworkType::Isolated,
+            );
+            match plan.scope_kind(s) {
+                ScopeKind::Project => spec.project = Some(project_name(s)),
+                ScopeKind::Account => spec.account = Some(account_name(s)),
+            }
+            w.add_network_spec(&spec).map_err(e)?;
+        }
+    }
     if plan.vms.iter().any(|v| v.l2) {
         w.add_network(L2_NETWORK, None, None, "10.9.0.0/16", None, NetworkType::L2)
             .map_err(e)?;
@@ -266,6 +291,8 @@ fn build_world(plan: &FleetPlan) -> Result<(World, Vec<Scope>, Vec<PlacedVm>), S
         spec.profile = v.profile;
         if v.l2 {
             spec.network = Some(L2_NETWORK.to_string());
+        } else if plan.network_per_scope {
+            spec.network = Some(scope_network(v.scope));
         }
         let idx = w.add_vm(&spec).map_err(e)?;
         let id = w.vms()[idx].id.clone();
@@ -321,6 +348,33 @@ impl Fleet {
             MassFailureGuard::default(),
             UsageHistoryMode::Auto,
         )
+    }
+
+    /// A client with the simulator's root-admin key (the guest probe's key). `populate_default`
+    /// makes the fleet's [`API_KEY`] the root admin; this checks that it still is.
+    pub fn root_admin_client(&self) -> Result<CloudStackClient, String> {
+        match self.sim.root_admin_keys() {
+            Some((api, secret)) if api == API_KEY && secret == SECRET_KEY => Ok(self.client()),
+            Some((api, _)) => Err(format!(
+                "the simulator's root admin is {api:?}, not the fleet's key"
+            )),
+            None => Err("the simulator has no root-admin account".into()),
+        }
+    }
+
+    /// One checker per scope at `graces` (whose `probe` must be `None`), each with a guest
+    /// probe of its own (root-admin key, default limits, pacing from the stats interval), as
+    /// `check --probe-credentials-file` builds it.
+    pub fn probed_checkers_with(&self, graces: &Graces) -> Result<Vec<Checker>, String> {
+        (0..self.scopes.len())
+            .map(|s| {
+                let prober = Prober::new(self.root_admin_client()?, ProbeLimits::default());
+                Ok(self.checker(s, graces).with_prober(
+                    prober,
+                    ProbeGraces::from_stats_interval(graces.stats_interval),
+                ))
+            })
+            .collect()
     }
 
     /// One checker per scope at the default graces.

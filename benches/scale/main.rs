@@ -12,6 +12,7 @@ mod fleet;
 mod load;
 mod matrix;
 mod precision;
+mod probe;
 mod report;
 mod verdict_time;
 
@@ -35,6 +36,17 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let mut report = Report::default();
+    // `CAPC_BENCH_SCALE_ONLY=probe`: part 3d alone, into target/bench/probe-only/ (for working
+    // on the probe; `make bench` runs everything).
+    if std::env::var("CAPC_BENCH_SCALE_ONLY").as_deref() == Ok("probe") {
+        let probed = rt.block_on(probe::run(SEED, &Graces::default()));
+        report.add_probe(&probed);
+        match report.write("target/bench/probe-only") {
+            Ok(()) => println!("{}", report.markdown()),
+            Err(e) => eprintln!("cannot write the report: {e}"),
+        }
+        return;
+    }
     rt.block_on(async {
         let mut rows = Vec::new();
         for vms in LOAD_SIZES {
@@ -143,6 +155,11 @@ fn main() {
             Err(e) => eprintln!("precision at goal graces skipped: {e}"),
         }
         report.add_matrix(&cells, &opt_in);
+
+        // Part 3d: the opt-in guest probe, with and without, at the defaults.
+        let probed = probe::run(SEED, &defaults).await;
+        eprintln!("guest probe: {:.1} s in all", probed.wall_seconds);
+        report.add_probe(&probed);
     });
     report.add_micro_benchmarks("target/bench/cloudstack.json");
     report.set("bench_scale_wall_seconds", started.elapsed().as_secs_f64());

@@ -465,6 +465,7 @@ fn plan_cell(cell: &Cell, rng: &mut StdRng) -> Planned {
             hypervisor: cell.hypervisor,
             settings,
             start_ms: Some(t0),
+            network_per_scope: false,
         },
         guests,
         events,

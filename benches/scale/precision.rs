@@ -21,12 +21,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use capc_health_shim::verdict::{reason, Graces, Status};
-use cloudstack_sim::{ApiFaults, Fault, HostControl, VmState};
+use cloudstack_sim::{ApiFaults, Fault, GuestKind, HostControl, VmState};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::fleet::{poll_all, Fleet, FleetPlan, ScopeKind, VmPlan, SHIM_INTERVAL_SECS};
+use crate::fleet::{poll_all, Fleet, FleetPlan, ScopeKind, VmPlan};
+use crate::probe::{Cost, Pacer};
 use crate::verdict_time::{FAULT_KINDS as FAULT_KINDS_ALL, MHC_NODE_STARTUP_TIMEOUT_SECS};
 
 pub const VMS: usize = 1_000;
@@ -70,6 +71,31 @@ pub struct PrecisionResult {
     /// Seconds from injection to `False` of the detected faults, sorted.
     pub seconds_to_false: Vec<f64>,
     pub cycles: usize,
+    /// Waiting-for-endpoint guests (part 3d's variant only; 0 in section 3).
+    pub waiting_vms: usize,
+    /// Of the false `False`, waiting-for-endpoint guests.
+    pub waiting_false_false: usize,
+    /// Whether the checkers probed guests (part 3d).
+    pub probe: bool,
+    /// API calls of the run and the probers' counts.
+    pub cost: Cost,
+    /// Seconds to `False` by fault kind, sorted.
+    pub seconds_by_fault: BTreeMap<&'static str, Vec<f64>>,
+}
+
+/// What part 3d changes in this fleet; the default is section 3 as it is.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Variant {
+    /// Each scope's checker gets a guest probe (root-admin key), paced as the controller does.
+    pub probe: bool,
+    /// Every 20th VM (5 %) is a guest waiting for its control-plane endpoint (alive, little
+    /// traffic, `GuestKind::Waiting`) instead of a healthy one; none of them slow-boots.
+    pub waiting: bool,
+}
+
+/// The waiting-for-endpoint guests of [`Variant::waiting`] (never an L2 one).
+fn is_waiting(v: Variant, i: usize) -> bool {
+    v.waiting && i % 20 == 13
 }
 
 #[derive(Debug, Clone)]
@@ -94,7 +120,7 @@ pub fn pareto(rng: &mut StdRng, scale: f64, shape: f64, cap: f64) -> f64 {
     (scale / u.powf(1.0 / shape)).min(cap)
 }
 
-fn plan(boots: &[f64]) -> FleetPlan {
+fn plan(boots: &[f64], variant: Variant) -> FleetPlan {
     FleetPlan {
         scopes: SCOPES,
         hosts: HOSTS,
@@ -105,6 +131,9 @@ fn plan(boots: &[f64]) -> FleetPlan {
             .map(|(i, b)| {
                 let mut v = VmPlan::new(i % SCOPES, (i / SCOPES) % HOSTS, VmState::Starting, *b);
                 v.l2 = is_l2(i);
+                if is_waiting(variant, i) {
+                    v.guest = GuestKind::Waiting;
+                }
                 v
             })
             .collect(),
@@ -140,26 +169,46 @@ fn apply(fleet: &Fleet, e: &Event) -> Result<bool, String> {
 }
 
 pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, String> {
+    measure_with(seed, graces, Variant::default()).await
+}
+
+pub async fn measure_with(
+    seed: u64,
+    graces: &Graces,
+    variant: Variant,
+) -> Result<PrecisionResult, String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let boots: Vec<f64> = (0..VMS)
         .map(|_| pareto(&mut rng, 20.0, 1.5, 720.0))
         .collect();
-    let fleet = Fleet::start(&plan(&boots)).await?;
+    let fleet = Fleet::start(&plan(&boots, variant)).await?;
     let t0 = fleet.sim.now_ms();
     let mut events: Vec<(i64, Event)> = Vec::new();
     let mut out = PrecisionResult {
         vms: VMS,
         l2_vms: (0..VMS).filter(|i| is_l2(*i)).count(),
         max_boot_seconds: boots.iter().copied().fold(0.0, f64::max),
+        waiting_vms: (0..VMS).filter(|i| is_waiting(variant, *i)).count(),
+        probe: variant.probe,
         ..Default::default()
     };
+    let waiting: BTreeSet<String> = fleet
+        .vms
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| is_waiting(variant, *i))
+        .map(|(_, (id, _, _))| id.clone())
+        .collect();
     for (i, (id, _, _)) in fleet.vms.iter().enumerate() {
         if rng.random_range(0..100) < SLOW_BOOT_PERCENT {
+            let slow = pareto(&mut rng, 120.0, 1.2, 1200.0);
+            if waiting.contains(id) {
+                continue;
+            }
             fleet
                 .sim
                 .inject_fault(id, Fault::SlowBoot)
                 .map_err(|e| format!("{e:?}"))?;
-            let slow = pareto(&mut rng, 120.0, 1.2, 1200.0);
             out.max_slow_boot_seconds = out.max_slow_boot_seconds.max(slow);
             out.slow_boots += 1;
             let end = t0 + ((boots[i] + slow) * 1000.0) as i64;
@@ -207,6 +256,7 @@ pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, Stri
         .collect();
     candidates.shuffle(&mut rng);
     let mut faulted: BTreeMap<String, i64> = BTreeMap::new();
+    let mut fault_of: BTreeMap<String, &'static str> = BTreeMap::new();
     for (k, id) in candidates
         .into_iter()
         .take(FAULT_KINDS.len() * FAULTS_PER_KIND)
@@ -218,6 +268,7 @@ pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, Stri
             Event::Fault(id.clone(), FAULT_KINDS[k % FAULT_KINDS.len()]),
         ));
         faulted.insert(id.clone(), at);
+        fault_of.insert(id.clone(), FAULT_KINDS[k % FAULT_KINDS.len()].as_str());
     }
     out.real_faults = faulted.len();
     // Single migrations of healthy VMs (the faulted ones are not candidates: their fault
@@ -239,8 +290,14 @@ pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, Stri
     }
     events.sort_by_key(|e| e.0);
 
-    let mut checkers = fleet.checkers_with(graces);
-    let step_ms = SHIM_INTERVAL_SECS * 1000;
+    let mut checkers = if variant.probe {
+        fleet.probed_checkers_with(graces)?
+    } else {
+        fleet.checkers_with(graces)
+    };
+    let pacer = Pacer::new(graces, variant.probe);
+    let mut last_cycle = fleet.sim.now_ms();
+    let mut early_cycles = 0;
     let mut pending = events.iter().peekable();
     let mut detected: BTreeMap<String, f64> = BTreeMap::new();
     let mut false_false: BTreeSet<String> = BTreeSet::new();
@@ -254,18 +311,31 @@ pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, Stri
     let mhc_timer_ms = (MHC_NODE_STARTUP_TIMEOUT_SECS * 1000.0) as i64;
     let mut other_reasons: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     while fleet.sim.now_ms() < t0 + RUN_MS {
-        let poll_at = fleet.sim.now_ms() + step_ms;
-        while let Some((at, e)) = pending.next_if(|(at, _)| *at <= poll_at) {
-            let now = fleet.sim.now_ms();
-            if *at > now {
-                fleet.sim.advance((*at - now) as f64 / 1000.0);
-            }
-            if apply(&fleet, e)? && matches!(e, Event::Migrate(..)) {
-                out.migrations += 1;
-            }
+        let poll_at = {
+            let fleet = &fleet;
+            let pending = &mut pending;
+            let migrations = &mut out.migrations;
+            // Events due by `upto`, each at its time.
+            let mut apply_until = |upto: i64| -> Result<(), String> {
+                while let Some((at, e)) = pending.next_if(|(at, _)| *at <= upto) {
+                    let now = fleet.sim.now_ms();
+                    if *at > now {
+                        fleet.sim.advance((*at - now) as f64 / 1000.0);
+                    }
+                    if apply(fleet, e)? && matches!(e, Event::Migrate(..)) {
+                        *migrations += 1;
+                    }
+                }
+                Ok(())
+            };
+            pacer
+                .next_cycle(fleet, &mut checkers, last_cycle, &mut apply_until)
+                .await?
+        };
+        if poll_at < last_cycle + crate::fleet::SHIM_INTERVAL_SECS * 1000 {
+            early_cycles += 1;
         }
-        let now = fleet.sim.now_ms();
-        fleet.sim.advance((poll_at - now) as f64 / 1000.0);
+        last_cycle = poll_at;
         out.cycles += 1;
         let mut recycle = Vec::new();
         for r in poll_all(&mut checkers, fleet.now()).await {
@@ -300,7 +370,14 @@ pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, Stri
             checkers[scope_of[id.as_str()]].forget(&id);
         }
     }
+    out.cost = Cost::measure(&fleet, &checkers, t0, VMS);
+    out.cost.cycles = out.cycles;
+    out.cost.early_cycles = early_cycles;
     fleet.stop().await;
+    out.waiting_false_false = false_false
+        .iter()
+        .filter(|id| waiting.contains(*id))
+        .count();
     out.false_false = false_false.len();
     out.missed = out.real_faults - detected.len();
     out.held = held_since.len();
@@ -309,6 +386,15 @@ pub async fn measure(seed: u64, graces: &Graces) -> Result<PrecisionResult, Stri
         .into_iter()
         .map(|(r, ids)| (r, ids.len()))
         .collect();
+    for (id, secs) in &detected {
+        out.seconds_by_fault
+            .entry(fault_of[id])
+            .or_default()
+            .push(*secs);
+    }
+    for v in out.seconds_by_fault.values_mut() {
+        v.sort_by(f64::total_cmp);
+    }
     out.seconds_to_false = detected.into_values().collect();
     out.seconds_to_false.sort_by(f64::total_cmp);
     Ok(out)

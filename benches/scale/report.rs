@@ -12,6 +12,7 @@ use crate::fleet::{ratio, SHIM_INTERVAL_SECS};
 use crate::load::{LoadRow, RowsRow, NO_NODE_PERCENT, PAGE_SIZE, PER_MACHINE_INTERVAL_SECS};
 use crate::matrix::{self, CellResult, FaultCount};
 use crate::precision::{self, PrecisionResult};
+use crate::probe::{Cost, ProbeResults, TimeResult, GOAL_P99_SECONDS, PROBE_COMMANDS};
 use crate::verdict_time::{never_false, percentile, KindResult, MHC_NODE_STARTUP_TIMEOUT_SECS};
 
 /// `a: 1, b: 2` of a count map, or `none`.
@@ -875,6 +876,373 @@ impl Report {
         for w in worst_cells(opt_in, |_| true) {
             let _ = writeln!(md, "- {w}");
         }
+        self.sections.push(md);
+    }
+
+    /// Section 3d: the opt-in guest probe, with and without, at the default graces.
+    pub fn add_probe(&mut self, r: &ProbeResults) {
+        let g = Graces::default();
+        let pg =
+            capc_health_shim::verdict::probe::ProbeGraces::from_stats_interval(g.stats_interval);
+        let limits = capc_health_shim::probe::ProbeLimits::default();
+        let tick = capc_health_shim::controller::probing::probe_tick(pg.spacing);
+        let mut md = format!(
+            "## 3d. Guest probe (opt-in: `arping` from the network's virtual router)\n\n\
+             Each scope's checker gets a probe with the root-admin key (`runDiagnostics` jobs, \
+             `listRouters`, `queryAsyncJobResult`; default limits: {} jobs per scope per minute, {} in \
+             flight per prober, job timeout {} s, arping `{}`), paced from the {} s stats interval: {} \
+             unanswered attempts {} s apart (plus flat traffic) give `False`, a reply is rechecked after \
+             {} s. The controller's pacing is emulated: between cycles simulated time moves in {:.0} s \
+             probe steps (`probe_tick`); when a step changes the evidence a cycle (poll + verdicts of \
+             every scope) runs at once and the {} s interval restarts from there. Without the probe \
+             the loop is section 2's. `check` sees no Nodes, so every VM counts as a Machine without a \
+             Node for its whole life (the probe's cost here is an upper bound). Goal: nic-down p99 ≤ \
+             {GOAL_P99_SECONDS:.0} s on every hypervisor, 0 false `False`.\n\n\
+             ### Time from NIC-down to `False`\n\n\
+             Section 2's nic-down fleet (10 scopes × 25 VMs, 200 faults at the same seeded times), \
+             default graces; the goal rows give each scope a network of its own with its own virtual \
+             router (a cluster's network); the twins of a hypervisor start at the same simulated \
+             moment. The last rows put all 250 VMs on one shared network: one router, which runs \
+             one diagnostics job at a time, for 250 Machines without a Node (a stress case: the \
+             probe never starts a second job on a busy router, so it falls behind and the counters \
+             judge as without it).\n\n\
+             | hypervisor | probe | detected / injected | by ARP | p50 s | p90 s | p99 s | max s | missed | false False | held by guard | p99 ÷ without | cycles (early) |\n\
+             |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            limits.per_scope_per_minute,
+            limits.max_in_flight,
+            limits.job_timeout.as_secs(),
+            limits.arping_params,
+            g.stats_interval.as_secs(),
+            pg.attempts,
+            pg.spacing.as_secs(),
+            pg.recheck.as_secs(),
+            tick.as_secs_f64(),
+            SHIM_INTERVAL_SECS,
+        );
+        self.set("probe_nic_down_p99_goal_seconds", GOAL_P99_SECONDS);
+        let pct = |v: &[f64], q: f64| {
+            if v.is_empty() {
+                "–".to_string()
+            } else {
+                format!("{:.0}", percentile(v, q))
+            }
+        };
+        let row = |me: &mut Self, md: &mut String, t: &TimeResult, vs: Option<&TimeResult>| {
+            let l = t.label();
+            let l = if t.network_per_scope {
+                l
+            } else {
+                format!("{l}_one_router")
+            };
+            me.set(&format!("probe_nic_down_injected_{l}"), t.injected as f64);
+            me.set(
+                &format!("probe_nic_down_detected_{l}"),
+                t.seconds.len() as f64,
+            );
+            me.set(
+                &format!("probe_nic_down_detected_by_arp_{l}"),
+                t.by_probe as f64,
+            );
+            me.set(&format!("probe_nic_down_missed_{l}"), t.missed() as f64);
+            me.set(
+                &format!("probe_nic_down_false_false_{l}"),
+                t.false_false as f64,
+            );
+            me.set(&format!("probe_nic_down_held_{l}"), t.held as f64);
+            me.set(&format!("probe_nic_down_cycles_{l}"), t.cost.cycles as f64);
+            me.set(
+                &format!("probe_nic_down_early_cycles_{l}"),
+                t.cost.early_cycles as f64,
+            );
+            me.set(&format!("probe_nic_down_wall_seconds_{l}"), t.wall_seconds);
+            if !t.seconds.is_empty() {
+                for (q, name) in [(0.5, "p50"), (0.9, "p90"), (0.99, "p99")] {
+                    me.set(
+                        &format!("probe_nic_down_{name}_seconds_{l}"),
+                        percentile(&t.seconds, q),
+                    );
+                }
+                me.set(
+                    &format!("probe_nic_down_max_seconds_{l}"),
+                    t.seconds.last().copied().unwrap_or(f64::NAN),
+                );
+            }
+            let vs_ratio = match vs.filter(|w| !w.seconds.is_empty() && !t.seconds.is_empty()) {
+                Some(w) => {
+                    let x = percentile(&t.seconds, 0.99) / percentile(&w.seconds, 0.99);
+                    me.set(
+                        &format!(
+                            "probe_nic_down_p99_ratio_with_vs_without_{}",
+                            t.hypervisor.as_str().to_ascii_lowercase()
+                        ),
+                        x,
+                    );
+                    format!("{x:.2}")
+                }
+                None if vs.is_some() => "– (none without)".to_string(),
+                None => "–".to_string(),
+            };
+            let _ =
+                writeln!(
+                md,
+                "| {}{} | {} | {} / {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) |",
+                t.hypervisor.as_str(),
+                if t.network_per_scope { "" } else { ", one router for all 250" },
+                if t.probe { "**with**" } else { "without" },
+                t.seconds.len(),
+                t.injected,
+                t.by_probe,
+                pct(&t.seconds, 0.5),
+                pct(&t.seconds, 0.9),
+                pct(&t.seconds, 0.99),
+                pct(&t.seconds, 1.0),
+                t.missed(),
+                t.false_false,
+                t.held,
+                vs_ratio,
+                t.cost.cycles,
+                t.cost.early_cycles,
+            );
+        };
+        for (without, with) in &r.times {
+            row(self, &mut md, without, None);
+            row(self, &mut md, with, Some(without));
+            let met = !with.seconds.is_empty()
+                && with.missed() == 0
+                && percentile(&with.seconds, 0.99) <= GOAL_P99_SECONDS;
+            self.set(
+                &format!(
+                    "probe_nic_down_p99_goal_met_{}",
+                    with.hypervisor.as_str().to_ascii_lowercase()
+                ),
+                f64::from(u8::from(met)),
+            );
+        }
+        for t in &r.shared_router {
+            let without = r
+                .times
+                .iter()
+                .find(|(w, _)| w.hypervisor == t.hypervisor)
+                .map(|(w, _)| w);
+            row(self, &mut md, t, without);
+        }
+        md.push('\n');
+        for with in r.times.iter().map(|t| &t.1).chain(r.shared_router.iter()) {
+            if !with.false_false_by_reason.is_empty() {
+                let _ = writeln!(
+                    md,
+                    "- {} with the probe, false `False` by reason: {}.",
+                    with.hypervisor.as_str(),
+                    counts(&with.false_false_by_reason)
+                );
+            }
+            if !with.slow.is_empty() {
+                let _ = writeln!(
+                    md,
+                    "- {}{} with the probe: {} detections over {GOAL_P99_SECONDS:.0} s; the slowest:",
+                    with.hypervisor.as_str(),
+                    if with.network_per_scope { "" } else { " (one router for all)" },
+                    with.slow.len()
+                );
+                for (secs, what) in with.slow.iter().take(3) {
+                    let _ = writeln!(md, "  - {secs:.0} s, {what}");
+                }
+            }
+        }
+        if let Some((without, with)) = &r.precision {
+            let _ = writeln!(
+                md,
+                "\n### Precision with the probe\n\n\
+                 Section 3's fleet and seed (KVM, benign incidents, {} real faults) with {} of its \
+                 {} VMs waiting for their control-plane endpoint (`GuestKind::Waiting`: alive, \
+                 little traffic; every 20th VM, none of them slow-booting; in both columns here, \
+                 not in section 3), with and without the probe.\n\n\
+                 | probe | false `False` | by reason | of them waiting-for-endpoint | missed faults | held by guard | p50 s to False | p99 s to False | cycles (early) |\n\
+                 |---|---:|---|---:|---:|---:|---:|---:|---:|",
+                with.real_faults, with.waiting_vms, with.vms
+            );
+            for p in [without, with] {
+                let l = if p.probe {
+                    "with_probe"
+                } else {
+                    "without_probe"
+                };
+                self.set(
+                    &format!("probe_precision_false_false_{l}"),
+                    p.false_false as f64,
+                );
+                self.set(
+                    &format!("probe_precision_waiting_false_false_{l}"),
+                    p.waiting_false_false as f64,
+                );
+                self.set(&format!("probe_precision_missed_{l}"), p.missed as f64);
+                self.set(&format!("probe_precision_held_{l}"), p.held as f64);
+                self.set(
+                    &format!("probe_precision_real_faults_{l}"),
+                    p.real_faults as f64,
+                );
+                self.set(
+                    &format!("probe_precision_waiting_vms_{l}"),
+                    p.waiting_vms as f64,
+                );
+                for (reason, n) in &p.false_false_by_reason {
+                    self.set(
+                        &format!("probe_precision_false_false_{reason}_{l}"),
+                        *n as f64,
+                    );
+                }
+                if !p.seconds_to_false.is_empty() {
+                    self.set(
+                        &format!("probe_precision_p50_seconds_{l}"),
+                        percentile(&p.seconds_to_false, 0.5),
+                    );
+                    self.set(
+                        &format!("probe_precision_p99_seconds_{l}"),
+                        percentile(&p.seconds_to_false, 0.99),
+                    );
+                }
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} ({}) |",
+                    if p.probe { "**with**" } else { "without" },
+                    p.false_false,
+                    counts(&p.false_false_by_reason),
+                    p.waiting_false_false,
+                    p.missed,
+                    p.held,
+                    pct(&p.seconds_to_false, 0.5),
+                    pct(&p.seconds_to_false, 0.99),
+                    p.cost.cycles,
+                    p.cost.early_cycles,
+                );
+            }
+            let by_fault = |p: &PrecisionResult| {
+                p.seconds_by_fault
+                    .iter()
+                    .map(|(k, v)| {
+                        format!(
+                            "{k} {}/{}",
+                            percentile(v, 0.5).round(),
+                            percentile(v, 0.99).round()
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            for p in [without, with] {
+                let l = if p.probe {
+                    "with_probe"
+                } else {
+                    "without_probe"
+                };
+                for (k, v) in &p.seconds_by_fault {
+                    let k = k.replace('-', "_");
+                    self.set(
+                        &format!("probe_precision_p99_seconds_{k}_{l}"),
+                        percentile(v, 0.99),
+                    );
+                }
+            }
+            let _ = writeln!(
+                md,
+                "\nSeconds to `False` by fault (p50/p99): without the probe {}; with it {}.\n\n\
+                 Healthy VMs with another status/reason at some poll, with the probe: {}.",
+                by_fault(without),
+                by_fault(with),
+                counts(&with.healthy_vms_by_other_reason)
+            );
+        }
+        md.push_str(
+            "\n### What the probe costs CloudStack\n\n\
+             Calls the simulator answered over each run (warm-up and tail included), per hour per \
+             1 000 Machines without a Node, and the probers' own counts (summed over the scopes).\n\n\
+             The last two columns: every API call of the run (listings included) per hour per 1 000 \
+             Machines, and that ÷ the same run without the probe (early cycles poll the listings \
+             again).\n\n\
+             | run | simulated h | Machines without a Node | runDiagnostics /h/1000 | queryAsyncJobResult /h/1000 | listRouters /h/1000 | jobs started | replies | no reply | no evidence | router lookups | skipped: budget | skipped: in-flight cap | all calls /h/1000 | all calls ÷ without probe |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        let cost_row = |me: &mut Self,
+                        md: &mut String,
+                        name: &str,
+                        c: &Cost,
+                        base: Option<&Cost>| {
+            let all = c.all_per_hour_per_1000();
+            me.set(
+                &format!("probe_cost_all_calls_per_hour_per_1000_machines_{name}"),
+                all,
+            );
+            let vs = match base {
+                Some(b) => {
+                    let x = ratio(all, b.all_per_hour_per_1000());
+                    me.set(
+                        &format!("probe_cost_all_calls_ratio_with_vs_without_{name}"),
+                        x,
+                    );
+                    format!("{x:.2}")
+                }
+                None => "–".to_string(),
+            };
+            for cmd in PROBE_COMMANDS {
+                me.set(
+                    &format!(
+                        "probe_cost_{}_per_hour_per_1000_machines_{name}",
+                        cmd.to_ascii_lowercase()
+                    ),
+                    c.per_hour_per_1000(cmd),
+                );
+            }
+            for (k, v) in [
+                ("jobs_started", c.jobs_started),
+                ("replies", c.replies),
+                ("no_replies", c.no_replies),
+                ("no_evidence", c.no_evidence),
+                ("router_lookups", c.router_lookups),
+                ("skipped_for_budget", c.skipped_for_budget),
+                ("skipped_in_flight_cap", c.skipped_in_flight_cap),
+            ] {
+                me.set(&format!("probe_counts_{k}_{name}"), v as f64);
+            }
+            me.set(
+                &format!("probe_cost_simulated_hours_{name}"),
+                c.sim_seconds / 3600.0,
+            );
+            let _ = writeln!(
+                md,
+                "| {name} | {:.2} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {all:.0} | {vs} |",
+                c.sim_seconds / 3600.0,
+                c.machines,
+                c.per_hour_per_1000(PROBE_COMMANDS[0]),
+                c.per_hour_per_1000(PROBE_COMMANDS[1]),
+                c.per_hour_per_1000(PROBE_COMMANDS[2]),
+                c.jobs_started,
+                c.replies,
+                c.no_replies,
+                c.no_evidence,
+                c.router_lookups,
+                c.skipped_for_budget,
+                c.skipped_in_flight_cap,
+            );
+        };
+        for (without, with) in &r.times {
+            let name = format!(
+                "time_to_false_{}",
+                with.hypervisor.as_str().to_ascii_lowercase()
+            );
+            cost_row(self, &mut md, &name, &with.cost, Some(&without.cost));
+        }
+        for t in &r.shared_router {
+            let name = format!(
+                "time_to_false_{}_one_router",
+                t.hypervisor.as_str().to_ascii_lowercase()
+            );
+            cost_row(self, &mut md, &name, &t.cost, None);
+        }
+        if let Some((without, with)) = &r.precision {
+            cost_row(self, &mut md, "precision", &with.cost, Some(&without.cost));
+        }
+        self.set("bench_probe_wall_seconds", r.wall_seconds);
+        let _ = writeln!(md, "\nThis part took {:.0} s of wall time.", r.wall_seconds);
         self.sections.push(md);
     }
 

@@ -31,13 +31,13 @@ pub const FAULT_KINDS: [Fault; 7] = [
 /// CAPI's MachineHealthCheck default `nodeStartupTimeout`.
 pub const MHC_NODE_STARTUP_TIMEOUT_SECS: f64 = 600.0;
 
-const SCOPES: usize = 10;
-const VMS_PER_SCOPE: usize = 25;
-const FAULTS_PER_SCOPE: usize = 20;
+pub const SCOPES: usize = 10;
+pub const VMS_PER_SCOPE: usize = 25;
+pub const FAULTS_PER_SCOPE: usize = 20;
 const SLOT_MS: i64 = 240_000;
-const WARMUP_CYCLES: usize = 20;
+pub const WARMUP_CYCLES: usize = 20;
 /// How long after the last injection the run keeps polling.
-const TAIL_MS: i64 = 1_500_000;
+pub const TAIL_MS: i64 = 1_500_000;
 
 #[derive(Debug, Clone)]
 pub struct KindResult {
@@ -102,7 +102,7 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn plan() -> FleetPlan {
+pub fn plan() -> FleetPlan {
     let vms = (0..SCOPES * VMS_PER_SCOPE)
         .map(|i| VmPlan::new(i / VMS_PER_SCOPE, i, VmState::Starting, 30.0))
         .collect();
@@ -117,7 +117,7 @@ fn plan() -> FleetPlan {
 }
 
 /// (simulated ms, VM id) of every injection, in time order.
-fn schedule(fleet: &Fleet, start_ms: i64, rng: &mut StdRng) -> Vec<(i64, String)> {
+pub fn schedule(fleet: &Fleet, start_ms: i64, rng: &mut StdRng) -> Vec<(i64, String)> {
     let mut out = Vec::new();
     for scope in &fleet.scopes {
         for (slot, id) in scope.vm_ids.iter().take(FAULTS_PER_SCOPE).enumerate() {
@@ -130,7 +130,7 @@ fn schedule(fleet: &Fleet, start_ms: i64, rng: &mut StdRng) -> Vec<(i64, String)
 }
 
 /// Moves simulated time to `at_ms` (never backwards).
-fn advance_to(fleet: &Fleet, at_ms: i64) {
+pub fn advance_to(fleet: &Fleet, at_ms: i64) {
     let now = fleet.sim.now_ms();
     if at_ms > now {
         fleet.sim.advance((at_ms - now) as f64 / 1000.0);

@@ -31,10 +31,12 @@ pub struct Probing {
     problem: Option<String>,
 }
 
-/// Time between probe steps while waiting for the next cycle: a fifth of the spacing between
-/// attempts, so a due attempt starts close to its time, within 0.25–5 s.
+/// Time between probe steps while waiting for the next cycle: a fifteenth of the spacing
+/// between attempts (1 s at the defaults), within 0.25–5 s. A router runs one job at a time and
+/// an arping that is answered takes about a second there, so a finished job is seen — and the
+/// router free for the next VM — about as soon as it ends.
 pub fn probe_tick(spacing: jiff::SignedDuration) -> Duration {
-    to_std(spacing / 5).clamp(Duration::from_millis(250), Duration::from_secs(5))
+    to_std(spacing / 15).clamp(Duration::from_millis(250), Duration::from_secs(5))
 }
 
 fn fingerprint(data: &BTreeMap<String, String>) -> u64 {
@@ -193,14 +195,14 @@ mod tests {
     fn ticks_follow_the_spacing_within_bounds() {
         assert_eq!(
             probe_tick(jiff::SignedDuration::from_secs(15)),
-            Duration::from_secs(3)
+            Duration::from_secs(1)
         );
         assert_eq!(
             probe_tick(jiff::SignedDuration::from_millis(500)),
             Duration::from_millis(250)
         );
         assert_eq!(
-            probe_tick(jiff::SignedDuration::from_mins(10)),
+            probe_tick(jiff::SignedDuration::from_mins(2)),
             Duration::from_secs(5)
         );
     }

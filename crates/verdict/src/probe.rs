@@ -171,31 +171,35 @@ pub fn probe_due(
         return None;
     }
     let nic = seen.probe_nic.clone()?;
+    // A run of unanswered attempts that does not count yet goes on quickly, whatever the
+    // counter does (a rise after the fault can be a row of traffic from before it). A reply,
+    // an attempt that could not tell (no router, a failed job), or silence that already counts
+    // is asked again only after the recheck time.
+    let run_going = following_up(h, pg);
     if let Some(last) = h.probe.last() {
-        // Silence is followed up quickly; a reply, or an attempt that could not tell (no
-        // router, a failed job), only after the recheck time.
-        let wait = match last.answer {
-            ProbeAnswer::NoReply => pg.spacing,
-            ProbeAnswer::Reply | ProbeAnswer::NoEvidence(_) => pg.recheck,
-        };
+        let wait = if run_going { pg.spacing } else { pg.recheck };
         if now.duration_since(last.at) < wait {
             return None;
         }
     }
-    // A run of unanswered attempts goes on whatever the counter does: a rise after the fault
-    // can be a row of traffic from before it.
-    let run_going = h
-        .probe
-        .last_conclusive()
-        .is_some_and(|a| a.answer == ProbeAnswer::NoReply);
-    let judged = g.judges_silence_on(seen.hypervisor.as_deref());
-    if judged && !run_going && !looks_flat(&h.traffic, h.last_success) {
+    // A rising counter proves traffic on every hypervisor (VMware's and XenServer's only
+    // cannot tell low traffic from none): ask only when it did not rise at the latest poll.
+    if !run_going && !looks_flat(&h.traffic, h.last_success) {
         return None;
     }
     Some(ProbeTarget {
         vm_id: h.vm_id.clone(),
         nic,
     })
+}
+
+/// The latest attempt went unanswered and the run does not count yet: the next attempt is a
+/// follow-up, due after the spacing and before other VMs' attempts.
+pub fn following_up(h: &VmHistory, pg: &ProbeGraces) -> bool {
+    h.probe
+        .last()
+        .is_some_and(|a| a.answer == ProbeAnswer::NoReply)
+        && counted_unanswered(h, pg).len() < pg.attempts.max(1) as usize
 }
 
 /// The counter did not rise at the latest successful poll (or is not reported at all).
@@ -231,8 +235,9 @@ pub fn assess_probe(h: &VmHistory, seen: &Sighting, g: &Graces, now: Timestamp) 
     };
     if latest.answer == ProbeAnswer::Reply {
         // A reply stands until a newer conclusive attempt, for as long as probing could have
-        // renewed it (a refused key or the budget may stop probing; then counters judge).
-        let fresh = pg.recheck + pg.spacing + g.stale_after();
+        // renewed it: the recheck and a follow-up. When probing falls behind (a busy router,
+        // the budget, a refused key) the counters judge again, as without the probe.
+        let fresh = pg.recheck + pg.spacing * 2;
         return if now.duration_since(latest.at) <= fresh {
             ProbeEvidence::Answers {
                 router: latest.router.clone(),
@@ -241,33 +246,11 @@ pub fn assess_probe(h: &VmHistory, seen: &Sighting, g: &Graces, now: Timestamp) 
             ProbeEvidence::None
         };
     }
-    // A guest never seen alive (no reply, no rise of its counter) may still be booting: its
-    // silence counts only once its boot grace has passed.
-    let alive_before = h.probe.ever_answered || h.traffic.rises > 0;
-    let counts_from = match (alive_before, h.state_since) {
-        (true, _) => None,
-        (false, Some(running_since)) => Some(running_since + pg.boot_grace),
-        (false, None) => return ProbeEvidence::None,
-    };
-    let run: Vec<&ProbeAttempt> = h
-        .probe
-        .unanswered_run()
-        .into_iter()
-        .filter(|a| counts_from.is_none_or(|from| a.at >= from))
-        .collect();
+    let run = counted_unanswered(h, pg);
     let Some(first) = run.first() else {
         return ProbeEvidence::None;
     };
-    // Count only attempts spaced apart: a burst of attempts is one observation.
-    let mut spaced = 0u32;
-    let mut last_counted: Option<Timestamp> = None;
-    for a in &run {
-        if last_counted.is_none_or(|t| a.at.duration_since(t) >= pg.spacing) {
-            spaced += 1;
-            last_counted = Some(a.at);
-        }
-    }
-    if spaced < pg.attempts.max(1) {
+    if run.len() < pg.attempts.max(1) as usize {
         return ProbeEvidence::None;
     }
     if !flat_across(&h.traffic, seen, first.at, g) {
@@ -278,6 +261,29 @@ pub fn assess_probe(h: &VmHistory, seen: &Sighting, g: &Graces, now: Timestamp) 
         attempts: pg.attempts.max(1),
         since: first.at,
     }
+}
+
+/// The unanswered attempts of the newest run that count, oldest first: spaced apart (a burst
+/// is one observation) and, for a guest never seen alive (no reply, no rise of its counter) —
+/// it may still be booting — only those after its boot grace.
+fn counted_unanswered<'h>(h: &'h VmHistory, pg: &ProbeGraces) -> Vec<&'h ProbeAttempt> {
+    let alive_before = h.probe.ever_answered || h.traffic.rises > 0;
+    let counts_from = match (alive_before, h.state_since) {
+        (true, _) => None,
+        (false, Some(running_since)) => Some(running_since + pg.boot_grace),
+        (false, None) => return Vec::new(),
+    };
+    let mut counted: Vec<&ProbeAttempt> = Vec::new();
+    for a in h.probe.unanswered_run() {
+        let after_grace = counts_from.is_none_or(|from| a.at >= from);
+        let spaced = counted
+            .last()
+            .is_none_or(|prev| a.at.duration_since(prev.at) >= pg.spacing);
+        if after_grace && spaced {
+            counted.push(a);
+        }
+    }
+    counted
 }
 
 /// Traffic stats are reported and show nothing sent after `since`: a rise of the counter
@@ -451,10 +457,15 @@ mod tests {
     }
 
     #[test]
-    fn unjudged_hypervisors_are_probed_even_while_their_counter_rises() {
+    fn a_rising_counter_spares_the_probe_on_every_hypervisor() {
         let g = graces();
-        let h = polled(&g, "VMware", 0, 120, busy);
-        assert!(probe_due(&h, &no_node(), &g, at_s(120)).is_some());
+        for hv in ["VMware", "XenServer"] {
+            assert_eq!(
+                probe_due(&polled(&g, hv, 0, 120, busy), &no_node(), &g, at_s(120)),
+                None
+            );
+            assert!(probe_due(&polled(&g, hv, 0, 150, busy), &no_node(), &g, at_s(150)).is_some());
+        }
     }
 
     #[test]
@@ -477,6 +488,32 @@ mod tests {
         assert!(pg.recheck > pg.spacing);
         assert_eq!(probe_due(&h, &no_node(), &g, at_s(recheck - 1)), None);
         assert!(probe_due(&h, &no_node(), &g, at_s(recheck)).is_some());
+    }
+
+    #[test]
+    fn silence_that_already_counts_is_rechecked_not_followed_up() {
+        let g = graces();
+        let pg = g.probe.clone().unwrap();
+        let mut h = polled(&g, "VMware", 0, 120, went_quiet);
+        for s in [60, 75, 90] {
+            attempt(&mut h, s, ProbeAnswer::NoReply);
+        }
+        assert!(
+            !following_up(&h, &pg),
+            "three spaced unanswered attempts count already"
+        );
+        let recheck = 90 + pg.recheck.as_secs();
+        assert_eq!(
+            probe_due(&h, &no_node(), &g, at_s(90 + pg.spacing.as_secs())),
+            None
+        );
+        assert!(probe_due(&h, &no_node(), &g, at_s(recheck)).is_some());
+        // Two do not: the third is a follow-up after the spacing.
+        let mut two = polled(&g, "VMware", 0, 120, went_quiet);
+        attempt(&mut two, 60, ProbeAnswer::NoReply);
+        attempt(&mut two, 75, ProbeAnswer::NoReply);
+        assert!(following_up(&two, &pg));
+        assert!(probe_due(&two, &no_node(), &g, at_s(90)).is_some());
     }
 
     #[test]
