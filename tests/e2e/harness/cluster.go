@@ -29,9 +29,14 @@ const (
 	SimAdminSecret    = "e2e-admin-secret"
 	SimReadOnlyKey    = "e2e-shim-ro-key"
 	SimReadOnlySecret = "e2e-shim-ro-secret"
+	// The guest probe's own key: an account whose Admin-type role allows only listRouters,
+	// runDiagnostics and queryAsyncJobResult (hack/cloudstack-role/create-role.py --probe).
+	SimProbeKey       = "e2e-shim-probe-key"
+	SimProbeSecret    = "e2e-shim-probe-secret"
 	KubernetesVersion = "v1.31.3"
 	CredentialsSecret = "cloudstack-credentials"
 	ShimSecret        = "capc-health-shim-cloudstack"
+	ProbeSecret       = "capc-health-shim-probe"
 )
 
 // ClusterSpec is one workload cluster as a user would write it from CAPC's cluster template.
@@ -212,6 +217,15 @@ func ShimCredentials(namespace, apiURL string) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: ShimSecret},
 		StringData: map[string]string{"api-url": apiURL, "api-key": SimReadOnlyKey, "secret-key": SimReadOnlySecret, "verify-ssl": "false"},
+	}
+}
+
+// ProbeCredentials is the guest probe's key for the shim (--probe-credentials): a Secret of its
+// own, separate from the read-only key and from CAPC's.
+func ProbeCredentials(namespace, apiURL string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: ProbeSecret},
+		StringData: map[string]string{"api-url": apiURL, "api-key": SimProbeKey, "secret-key": SimProbeSecret, "verify-ssl": "false"},
 	}
 }
 

@@ -58,6 +58,7 @@ type MachineRecord struct {
 	NodeRef      time.Time
 	ShimFalse    time.Time
 	ShimReason   string
+	ShimMessage  string // the condition's message when the shim first said False
 	Annotated    time.Time
 	MHCUnhealthy time.Time
 	Deleting     time.Time
@@ -132,7 +133,7 @@ func (r *Recorder) step(ctx context.Context) error {
 				rec.lastShim = key
 				r.tl.Add(fmt.Sprintf("shim verdict on %s: %s/%s — %s", m.Name, c.Status, c.Reason, c.Message))
 				if c.Status == "False" && rec.ShimFalse.IsZero() {
-					rec.ShimFalse, rec.ShimReason = now, c.Reason
+					rec.ShimFalse, rec.ShimReason, rec.ShimMessage = now, c.Reason, c.Message
 					// Where the False landed, read now: by the time the MHC acts the owner may
 					// already be deleting the Machine and the shim saying Unknown.
 					rec.landed = r.evidence(ctx, m.Name, r.conditionType)

@@ -120,13 +120,14 @@ func Markdown(rows []Row) string {
 			r.RecycledMachines, r.FalseRecycles, r.OrphanVMs, r.LeftoverObjects,
 			strings.Join(r.Faults, "; "), strings.Join(r.ShimVerdicts, "; "), errorCounts(r.CloudStackResults))
 	}
-	fmt.Fprintf(&b, "\n## Fault → recycle, shim vs baseline on the same stack (goal: ratio ≤ 0.5)\n\n| CAPI | shim mode | scenario | shim s | baseline s | ratio |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n## Fault → recycle, shim vs baseline on the same stack (goal: ratio ≤ 0.5)\n\n| CAPI | shim mode | scenario | run | shim s | baseline s | ratio |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		if ratio, base, ok := recycleRatio(rows, r); ok {
-			fmt.Fprintf(&b, "| %s | %s | %s | %.1f | %.1f | %.2f |\n", r.StackKey(), shimModeCell(r), r.Scenario, *r.SecondsFaultToRecycle, base, ratio)
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1f | %.1f | %.2f |\n", r.StackKey(), shimModeCell(r), r.Scenario, r.Mode, *r.SecondsFaultToRecycle, base, ratio)
 		}
 	}
 	fmt.Fprintf(&b, "\nThe goal applies to the network and VM-state faults the shim sees (1, 2, 3, 6). 3b: CAPC itself deletes a Machine whose VM it sees in Error while it is still reconciling it, in both modes. 4: a VM whose services failed sends only NTP/ARP (~4 B/s), under CloudStack's whole-KiB resolution over the shim's window: the shim may read it as silent (GuestNetworkSilent) and it is recycled early; otherwise the recommended MHC's 30-minute backstop (scaled) recycles it. Slow-but-healthy VMs (5) send far more and are never recycled.\n")
+	b.WriteString(ProbeSection(rows))
 	b.WriteString(Matrix(rows))
 	scannedRuns, leaks := 0, 0
 	for _, r := range rows {
@@ -135,7 +136,7 @@ func Markdown(rows []Row) string {
 			leaks += len(r.SecretLeaks)
 		}
 	}
-	fmt.Fprintf(&b, "\n## Secret scan\n\n%d run(s) scanned (shim log, /status, /metrics, Events, timeline and the row itself) for both CloudStack secret keys and `signature=`: %d finding(s).\n", scannedRuns, leaks)
+	fmt.Fprintf(&b, "\n## Secret scan\n\n%d run(s) scanned (shim log, /status, /metrics, Events, timeline and the row itself) for the CloudStack secret keys (CAPC's, the read-only key's, the guest probe's), the probe's API key and `signature=`: %d finding(s).\n", scannedRuns, leaks)
 	return b.String()
 }
 
@@ -149,9 +150,10 @@ func shimModeCell(r Row) string {
 	return r.ShimMode + " (" + r.ShimModeSource + ")"
 }
 
-// recycleRatio is a shim row's fault→recycle time over its stack's baseline (default MHC) row.
+// recycleRatio is a shim (or shim-probe) row's fault→recycle time over its stack's baseline
+// (default MHC) row.
 func recycleRatio(rows []Row, r Row) (ratio, base float64, ok bool) {
-	if r.Mode != ModeShim || r.SecondsFaultToRecycle == nil {
+	if !r.Mode.WithShim() || r.SecondsFaultToRecycle == nil {
 		return 0, 0, false
 	}
 	for _, b := range rows {
@@ -235,4 +237,53 @@ func errorCounts(results map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%s×%d", k, results[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// ProbeSection is the guest probe's table: per shim-probe row, its fault→recycle time and ratio
+// to the same stack's baseline next to the plain shim row's, and what the probe did (from the
+// shim's /status at the end of the run). Empty when no row ran with the probe.
+func ProbeSection(rows []Row) string {
+	var b strings.Builder
+	for _, r := range rows {
+		if r.Mode != ModeShimProbe {
+			continue
+		}
+		if b.Len() == 0 {
+			fmt.Fprintf(&b, "\n## Guest probe (shim-probe runs: the shim with --probe-credentials, arping from the network's virtual router)\n\n")
+			fmt.Fprintf(&b, "Ratios are fault→recycle over the same stack's baseline; speed is reported, not asserted.\n\n")
+			fmt.Fprintf(&b, "| CAPI | scenario | converged | probe s fault→recycle | probe ratio | shim s | shim ratio | jobs | replies | no replies | no evidence | refused | faulty Machine's False evidence |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		}
+		ratio := "—"
+		if v, _, ok := recycleRatio(rows, r); ok {
+			ratio = fmt.Sprintf("%.2f", v)
+		}
+		shimS, shimRatio := "—", "—"
+		for _, o := range rows {
+			if o.Mode == ModeShim && o.StackKey() == r.StackKey() && o.Scenario == r.Scenario && o.MHC == r.MHC {
+				shimS = f1(o.SecondsFaultToRecycle)
+				if v, _, ok := recycleRatio(rows, o); ok {
+					shimRatio = fmt.Sprintf("%.2f", v)
+				}
+			}
+		}
+		jobs, replies, noReplies, noEvidence, refused := "—", "—", "—", "—", "—"
+		if p := r.Probe; p != nil {
+			c := p.Counts
+			jobs, replies, noReplies, noEvidence = fmt.Sprint(c.JobsStarted), fmt.Sprint(c.Replies), fmt.Sprint(c.NoReplies), fmt.Sprint(c.NoEvidence)
+			refused = "no"
+			if p.Refused != "" {
+				refused = p.Refused
+			}
+		}
+		var evidence []string
+		for _, m := range FaultyMachines(r) {
+			if msg, ok := FalseMessageOf(r, m); ok {
+				evidence = append(evidence, m+": "+msg)
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %v | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			r.StackKey(), r.Scenario, r.Converged, f1(r.SecondsFaultToRecycle), ratio, shimS, shimRatio,
+			jobs, replies, noReplies, noEvidence, strings.ReplaceAll(refused, "|", "/"), strings.ReplaceAll(strings.Join(evidence, "; "), "|", "/"))
+	}
+	return b.String()
 }

@@ -25,7 +25,25 @@ type Mode string
 const (
 	ModeShim     Mode = "shim"
 	ModeBaseline Mode = "baseline"
+	// ModeShimProbe is ModeShim with the opt-in guest probe on (--probe-credentials, the probe
+	// account of capc-e2e.json): the shim asks the network's virtual router to arping silent
+	// guests (docs/guest-probe.md).
+	ModeShimProbe Mode = "shim-probe"
 )
+
+// WithShim reports whether the shim runs in this mode.
+func (m Mode) WithShim() bool { return m == ModeShim || m == ModeShimProbe }
+
+// Probing reports whether the shim runs with the guest probe on.
+func (m Mode) Probing() bool { return m == ModeShimProbe }
+
+// clusterLetter tells the runs of one scenario apart in cluster (and so VM) names.
+func (m Mode) clusterLetter() string {
+	if m == ModeShimProbe {
+		return "p"
+	}
+	return string(m)[:1]
+}
 
 // MHC kinds a run can use.
 const (
@@ -88,6 +106,13 @@ type Row struct {
 	LeftoverObjects       int      `json:"leftover_objects"`
 	Faults                []string `json:"faults"`
 	ShimVerdicts          []string `json:"shim_verdicts,omitempty"`
+	// ShimFalseMessages is, per Machine the shim judged False, the condition's message (its
+	// evidence) when it first said False.
+	ShimFalseMessages []string `json:"shim_false_messages,omitempty"`
+	// ShimProbe says the shim ran with the guest probe on (mode shim-probe); Probe is the
+	// probe's state from the shim's /status at the end of the run (before teardown).
+	ShimProbe bool         `json:"shim_probe,omitempty"`
+	Probe     *ProbeStatus `json:"probe,omitempty"`
 	// ConditionEvidence is, per Machine the shim judged False, where its condition was found on
 	// the Machine as the MHC's own API version serves it, and the MHC's verdict on that Machine.
 	ConditionEvidence []string `json:"condition_evidence,omitempty"`
@@ -152,7 +177,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	}
 	short := strings.SplitN(sc.Key, "-", 2)[0]
 	ns := fmt.Sprintf("e2e-s%s-%s", short, suffix)
-	cluster := fmt.Sprintf("s%s%s", short, suffix[:1])
+	cluster := fmt.Sprintf("s%s%s", short, mode.clusterLetter())
 	if mhc == MHCNone {
 		cluster = fmt.Sprintf("s%sn", short)
 	}
@@ -161,7 +186,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	if mhc == MHCNone && sc.NoMHCDeadline > 0 {
 		deadline = sc.NoMHCDeadline
 	}
-	row := Row{Scenario: sc.Key, CAPIVersion: h.Stack.CAPI, CAPIFeatureGates: h.Stack.FeatureGates, Mode: mode, MHC: mhc, TimeScale: TimeScale, DeadlineSeconds: deadline.Seconds()}
+	row := Row{Scenario: sc.Key, CAPIVersion: h.Stack.CAPI, CAPIFeatureGates: h.Stack.FeatureGates, Mode: mode, MHC: mhc, TimeScale: TimeScale, DeadlineSeconds: deadline.Seconds(), ShimProbe: mode.Probing()}
 	c := h.Mgmt.Client
 
 	if err := CreateAll(ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -188,16 +213,23 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 
 	userObjs := ClusterObjects(ClusterSpec{Namespace: ns, Name: cluster, ControlPlanes: sc.ControlPlanes, Workers: sc.Workers, Host: host, Port: port, APIURL: h.Sim.APIURL()})
 	userObjs = append(userObjs, ShimCredentials(ns, h.Sim.APIURL()))
+	if mode.Probing() {
+		userObjs = append(userObjs, ProbeCredentials(ns, h.Sim.APIURL()))
+	}
 	if o := h.machineHealthCheck(ns, cluster, mhc); o != nil {
 		userObjs = append(userObjs, o)
 	}
 
 	var shim *Shim
-	if mode == ModeShim {
-		shim, err = StartShim(ctx, h.Root, ShimConfig{
+	if mode.WithShim() {
+		cfg := ShimConfig{
 			Namespace: ns, Kubeconfig: h.API.Kubeconfig, APIURL: h.Sim.APIURL(), Scale: TimeScale,
 			LogPath: filepath.Join(h.OutDir, "logs", "shim-"+ns+".log"),
-		})
+		}
+		if mode.Probing() {
+			cfg.ProbeSecret = ProbeSecret
+		}
+		shim, err = StartShim(ctx, h.Root, cfg)
 		if err != nil {
 			return row, err
 		}
@@ -212,10 +244,15 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 			return row, err
 		}
 		row.ShimMode, row.ShimModeSource = api.Mode, api.ModeSource
-		tl.Add(fmt.Sprintf("capc-health-shim run started (%s): mode %s (%s), Machine layout %s, MHC %s",
-			shim.StatusURL, api.Mode, api.ModeSource, api.Layout, api.MHCVersion))
+		probe := ""
+		if mode.Probing() {
+			probe = ", guest probe on (--probe-credentials " + ns + "/" + ProbeSecret + ")"
+			go watchProbe(runCtx, shim, tl)
+		}
+		tl.Add(fmt.Sprintf("capc-health-shim run started (%s): mode %s (%s), Machine layout %s, MHC %s%s",
+			shim.StatusURL, api.Mode, api.ModeSource, api.Layout, api.MHCVersion, probe))
 	}
-	tl.Add(fmt.Sprintf("creating cluster %s/%s: %d control plane, %d workers, MHC %s, shim %v", ns, cluster, sc.ControlPlanes, sc.Workers, mhc, mode == ModeShim))
+	tl.Add(fmt.Sprintf("creating cluster %s/%s: %d control plane, %d workers, MHC %s, shim %v, probe %v", ns, cluster, sc.ControlPlanes, sc.Workers, mhc, mode.WithShim(), mode.Probing()))
 	if err := CreateAll(ctx, c, userObjs...); err != nil {
 		return row, err
 	}
@@ -261,7 +298,20 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	}
 	if shim != nil {
 		row.ShimVerdicts = shimSummary(rec)
+		row.ShimFalseMessages = shimFalseMessages(rec)
 		row.ConditionEvidence = conditionEvidence(rec)
+		if mode.Probing() {
+			p, err := shim.Probe(ctx)
+			switch {
+			case err != nil:
+				row.Notes = append(row.Notes, "probe status: "+err.Error())
+			case p == nil:
+				row.Notes = append(row.Notes, "probe status: the shim's /status has no probe object")
+			default:
+				row.Probe = p
+				tl.Add("guest probe at the end: " + p.Summary())
+			}
+		}
 	}
 	if callsAfter, err := h.Sim.Calls(ctx); err == nil {
 		row.CloudStackResults = resultDelta(callsBefore, callsAfter)
@@ -392,7 +442,7 @@ func (h *Harness) teardown(ctx context.Context, rc *RunContext, userObjs []clien
 	if gone != nil {
 		notes = append(notes, gone.Error())
 	}
-	userSecrets := map[string]bool{CredentialsSecret: true, ShimSecret: true}
+	userSecrets := map[string]bool{CredentialsSecret: true, ShimSecret: true, ProbeSecret: true}
 	var leftovers []string
 	_ = WaitFor(ctx, 30*time.Second, time.Second, "garbage collected", func() (bool, error) {
 		l, err := Leftovers(ctx, h.Mgmt.Direct, ns, userSecrets)
@@ -432,6 +482,16 @@ func conditionEvidence(rec *Recorder) []string {
 	for _, m := range rec.Machines() {
 		if m.Evidence != "" {
 			out = append(out, m.Name+": "+m.Evidence)
+		}
+	}
+	return out
+}
+
+func shimFalseMessages(rec *Recorder) []string {
+	var out []string
+	for _, m := range rec.Machines() {
+		if !m.ShimFalse.IsZero() {
+			out = append(out, m.Name+": "+m.ShimMessage)
 		}
 	}
 	return out

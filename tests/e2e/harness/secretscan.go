@@ -14,9 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Needles the shim must never write anywhere: both CloudStack secret keys of the simulator
-// and any request signature (the shim signs every call; a logged URL would carry one).
-var secretNeedles = []string{SimReadOnlySecret, SimAdminSecret, "signature="}
+// Needles the shim must never write anywhere: the CloudStack secret keys of the simulator
+// (CAPC's, the read-only key's and the guest probe's), the probe's API key too (a key that may
+// run diagnostics on routers is worth hiding whole), and any request signature (the shim signs
+// every call; a logged URL would carry one).
+var secretNeedles = []string{SimReadOnlySecret, SimAdminSecret, SimProbeSecret, SimProbeKey, "signature="}
 
 // ScanForSecrets reports "<where>: <needle>" for every needle found in the named texts.
 // Pure, so the harness unit tests can check it.
@@ -35,8 +37,11 @@ func ScanForSecrets(texts map[string]string) []string {
 
 // redactNeedle names a found secret without repeating it in the report.
 func redactNeedle(n string) string {
-	if n == "signature=" {
+	switch n {
+	case "signature=":
 		return n
+	case SimProbeKey:
+		return fmt.Sprintf("probe API key (%d chars)", len(n))
 	}
 	return fmt.Sprintf("secret key (%d chars)", len(n))
 }

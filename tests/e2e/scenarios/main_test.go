@@ -92,9 +92,11 @@ func fmtp(p *float64) string {
 
 const (
 	shimRun     = "shim/" + harness.MHCRecommended
+	probeRun    = "shim-probe/" + harness.MHCRecommended
 	baseRun     = "baseline/" + harness.MHCDefault
 	baseNoMHC   = "baseline/" + harness.MHCNone
 	shimMode    = string(harness.ModeShim)
+	probeMode   = string(harness.ModeShimProbe)
 	baseMode    = string(harness.ModeBaseline)
 	recommended = harness.MHCRecommended
 )
@@ -114,7 +116,7 @@ func clean(t *testing.T, name string, r harness.Row) {
 	if r.FalseRecycles != 0 {
 		t.Errorf("%s: %d healthy Machines recycled: %v", name, r.FalseRecycles, r.Notes)
 	}
-	if r.Mode == harness.ModeShim {
+	if r.Mode.WithShim() {
 		// The shim discovers its mode: annotate on CAPI v1.9, condition on v1.13 (v1beta2 MHC).
 		want := "annotate"
 		if h.Stack.V1Beta2() {
@@ -147,6 +149,50 @@ func requireMHCActedOnCondition(t *testing.T, name string, r harness.Row) {
 		if !strings.Contains(marked, "HealthCheckSucceeded=False/UnhealthyMachine at status.conditions (Health check failed:") ||
 			!strings.Contains(marked, "Condition "+harness.ShimConditionType+" on Machine is reporting status False") {
 			t.Errorf("%s: the MHC's verdict does not name the shim's condition: %s", name, e)
+		}
+	}
+}
+
+// requireProbed: the run had the guest probe on and it did its work — jobs ran, healthy Machines
+// answered ARP, the key was not refused — and the faulty Machine's False names the unanswered
+// ARP probe ("no ARP reply"), as the recorder read the condition's message when the shim first
+// said False. How fast is reported (report.md), not asserted.
+func requireProbed(t *testing.T, name string, r harness.Row) {
+	t.Helper()
+	if !r.ShimProbe {
+		t.Errorf("%s: the row does not say the probe was on", name)
+	}
+	p := r.Probe
+	if p == nil {
+		t.Errorf("%s: no probe state read from the shim's /status (notes %v)", name, r.Notes)
+		return
+	}
+	if !p.Enabled || p.Refused != "" {
+		t.Errorf("%s: probe enabled=%v refused=%q (%s)", name, p.Enabled, p.Refused, p.Summary())
+	}
+	if p.Counts.JobsStarted == 0 || p.Counts.Replies == 0 {
+		t.Errorf("%s: the probe ran %d jobs and got %d replies, want some of each (%s; timeline %s)", name, p.Counts.JobsStarted, p.Counts.Replies, p.Summary(), r.Timeline)
+	}
+	if p.Counts.NoReplies == 0 {
+		t.Errorf("%s: no attempt went unanswered, yet a guest's NICs were down (%s)", name, p.Summary())
+	}
+	faulty := harness.FaultyMachines(r)
+	if len(faulty) == 0 {
+		t.Errorf("%s: no fault was injected (faults %v)", name, r.Faults)
+	}
+	for _, m := range faulty {
+		msg, ok := harness.FalseMessageOf(r, m)
+		if !ok {
+			t.Errorf("%s: the shim never said False on the faulty Machine %s (False messages %v)", name, m, r.ShimFalseMessages)
+			continue
+		}
+		if !strings.Contains(msg, "no ARP reply") {
+			t.Errorf("%s: the faulty Machine %s's False does not name the ARP probe: %q (timeline %s)", name, m, msg, r.Timeline)
+		}
+	}
+	for _, e := range r.ConditionEvidence {
+		if landed, _, _ := strings.Cut(e, "; when the MHC marked it: "); !strings.Contains(landed, "no ARP reply") {
+			t.Errorf("%s: the condition the MHC acted on does not name the ARP probe: %s", name, e)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 var (
 	withShim   = [2]string{shimMode, recommended}
+	withProbe  = [2]string{probeMode, recommended}
 	baseline   = [2]string{baseMode, harness.MHCDefault}
 	withoutMHC = [2]string{baseMode, harness.MHCNone}
 )
@@ -26,10 +27,13 @@ func requireRecycled(t *testing.T, name string, r harness.Row) {
 }
 
 func TestScenario1WorkerNICDown(t *testing.T) {
-	rows := run(t, harness.ScenarioWorkerNICDown, withShim, baseline, withoutMHC)
-	s, b, n := rows[shimRun], rows[baseRun], rows[baseNoMHC]
+	rows := run(t, harness.ScenarioWorkerNICDown, withShim, withProbe, baseline, withoutMHC)
+	s, p, b, n := rows[shimRun], rows[probeRun], rows[baseRun], rows[baseNoMHC]
 	requireRecycled(t, "shim", s)
 	requireMHCActedOnCondition(t, "shim", s)
+	requireRecycled(t, "shim-probe", p)
+	requireMHCActedOnCondition(t, "shim-probe", p)
+	requireProbed(t, "shim-probe", p)
 	requireRecycled(t, "baseline", b)
 	if len(s.ShimVerdicts) == 0 {
 		t.Errorf("shim: no False verdict published")
@@ -44,9 +48,12 @@ func TestScenario1WorkerNICDown(t *testing.T) {
 }
 
 func TestScenario3FirstControlPlaneNICDown(t *testing.T) {
-	rows := run(t, harness.ScenarioFirstCPNICDown, withShim, baseline)
+	rows := run(t, harness.ScenarioFirstCPNICDown, withShim, withProbe, baseline)
 	requireRecycled(t, "shim", rows[shimRun])
 	requireMHCActedOnCondition(t, "shim", rows[shimRun])
+	requireRecycled(t, "shim-probe", rows[probeRun])
+	requireMHCActedOnCondition(t, "shim-probe", rows[probeRun])
+	requireProbed(t, "shim-probe", rows[probeRun])
 	requireRecycled(t, "baseline", rows[baseRun])
 }
 
