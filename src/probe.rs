@@ -317,27 +317,20 @@ impl Prober {
             }
             let router = match self.router_for(&nic.network_id, graces, now).await {
                 Ok(Some(r)) => r,
-                Ok(None) => {
-                    let f = self.pending(&scope, &vm_id, ("", ""), &nic, now);
-                    let why = format!(
-                        "network {} has no Running virtual router to probe from",
-                        nic.network_id
-                    );
-                    self.finish(
-                        scopes,
-                        &f,
-                        ProbeAnswer::NoEvidence(why),
-                        graces,
-                        now,
-                        outcome,
-                    );
-                    continue;
-                }
                 Err(JobEnd::Refused(why)) => {
                     self.refuse(why);
                     break;
                 }
-                Err(JobEnd::Answer(ProbeAnswer::NoEvidence(why)) | JobEnd::TryPing(why)) => {
+                lookup => {
+                    let why = match lookup {
+                        Err(
+                            JobEnd::Answer(ProbeAnswer::NoEvidence(why)) | JobEnd::TryPing(why),
+                        ) => why,
+                        _ => format!(
+                            "network {} has no Running virtual router to probe from",
+                            nic.network_id
+                        ),
+                    };
                     let f = self.pending(&scope, &vm_id, ("", ""), &nic, now);
                     self.finish(
                         scopes,
@@ -349,7 +342,6 @@ impl Prober {
                     );
                     continue;
                 }
-                Err(JobEnd::Answer(_)) => continue,
             };
             // A router runs diagnostics one at a time (every command for it takes the same
             // lock on the agent, VirtualRoutingResource): a second job would only queue there,
