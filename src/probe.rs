@@ -270,6 +270,11 @@ impl Prober {
         let Some(h) = history_mut(scopes, &f.scope, &f.vm_id) else {
             return;
         };
+        // A job whose VM left Running (or changed address) meanwhile asked about a guest that
+        // is no longer there: its history forgot the attempt, and so does the answer.
+        if !f.job.is_empty() && h.probe.in_flight_since != Some(f.began) {
+            return;
+        }
         let attempt = ProbeAttempt {
             at: f.began,
             router: f.router.clone(),

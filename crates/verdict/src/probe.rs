@@ -102,6 +102,8 @@ impl ProbeHistory {
     pub fn clear(&mut self) {
         self.attempts.clear();
         self.ever_answered = false;
+        // An answer still on its way is about the guest as it was: the prober drops it.
+        self.in_flight_since = None;
     }
 
     fn last(&self) -> Option<&ProbeAttempt> {
@@ -718,7 +720,12 @@ mod tests {
         attempt(&mut h, 100, ProbeAnswer::Reply);
         let mut moved = vm(5, "VMware");
         moved.nics[0].ipaddress = Some("10.1.1.99".into());
+        h.probe.started(at_s(140));
         h.record(PollOutcome::Seen(&moved), at_s(150), &g);
         assert!(h.probe.attempts.is_empty());
+        assert_eq!(
+            h.probe.in_flight_since, None,
+            "the answer on its way is dropped"
+        );
     }
 }
