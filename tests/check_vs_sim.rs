@@ -29,14 +29,7 @@ async fn seed_sim() -> (Simulator, SimServer) {
 
 /// Serves `world` on loopback with its clock frozen (tests move it).
 async fn serve_frozen(world: sim::World) -> (Simulator, SimServer) {
-    let simulator = Simulator::with_time_scale(world, 0.0);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let server = sim::serve(listener, simulator.clone())
-        .await
-        .expect("serve");
-    (simulator, server)
+    sim::serve_loopback(world, 0.0).await.expect("serve")
 }
 
 fn checker(server: &SimServer, key: &str, secret: &str, usage: UsageHistoryMode) -> Checker {

@@ -61,13 +61,7 @@ async fn start(vms: &[(&str, bool)]) -> Sim {
         w.add_vm(&spec).expect("vm");
         names.push(name.to_string());
     }
-    let simulator = Simulator::with_time_scale(w, 0.0);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let server = sim::serve(listener, simulator.clone())
-        .await
-        .expect("serve");
+    let (simulator, server) = sim::serve_loopback(w, 0.0).await.expect("serve");
     Sim {
         sim: simulator,
         server,

@@ -306,11 +306,7 @@ impl Fleet {
     /// Builds the world, freezes its clock and serves it on 127.0.0.1.
     pub async fn start(plan: &FleetPlan) -> Result<Self, String> {
         let (world, scopes, vms) = build_world(plan)?;
-        let sim = Simulator::with_time_scale(world, 0.0);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| e.to_string())?;
-        let server = sim::serve(listener, sim.clone())
+        let (sim, server) = sim::serve_loopback(world, 0.0)
             .await
             .map_err(|e| e.to_string())?;
         Ok(Self {

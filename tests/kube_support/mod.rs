@@ -137,14 +137,7 @@ pub async fn simulator_from_keys(
 
 /// Serves `world` on a free loopback port at the given clock rate (0 = frozen).
 pub async fn serve_world(world: sim::World, time_scale: f64) -> (Simulator, SimServer) {
-    let simulator = Simulator::with_time_scale(world, time_scale);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let server = sim::serve(listener, simulator.clone())
-        .await
-        .expect("serve");
-    (simulator, server)
+    sim::serve_loopback(world, time_scale).await.expect("serve")
 }
 
 /// GET `url` with a short timeout: status and body, or `None` when nothing answered.

@@ -67,7 +67,7 @@ use serde_json::{json, Value};
 
 pub use clock::{real_now_ms, SimClock};
 pub use scenario::{load_scenario_file, parse_scenario, ScenarioError};
-pub use server::{serve, serve_tls, tls_config, ApiFaults, SimServer};
+pub use server::{serve, serve_loopback, serve_tls, tls_config, ApiFaults, SimServer};
 pub use traffic::Profile;
 pub use world::{
     AccountType, Fault, GuestKind, HostChange, HostControl, HostStatus, Hypervisor, Ms,

@@ -76,6 +76,18 @@ pub(crate) struct App {
     stop: watch::Receiver<bool>,
 }
 
+/// Serves `world` on a free port of 127.0.0.1 with its clock at `time_scale` (0: frozen, moved
+/// by the caller) — what in-process tests and benches want.
+pub async fn serve_loopback(
+    world: crate::World,
+    time_scale: f64,
+) -> std::io::Result<(Simulator, SimServer)> {
+    let sim = Simulator::with_time_scale(world, time_scale);
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let server = serve(listener, sim.clone()).await?;
+    Ok((sim, server))
+}
+
 /// Serves the simulator on an already bound listener.
 pub async fn serve(listener: TcpListener, sim: Simulator) -> std::io::Result<SimServer> {
     let addr = listener.local_addr()?;

@@ -333,47 +333,19 @@ mod tests {
     use super::*;
     use crate::history::PollOutcome;
     use crate::{evaluate, reason, Status};
-    use cloudstack_api::model::{CsTime, HostControlState, Nic, VirtualMachine};
+    use cloudstack_api::model::{CsTime, VirtualMachine};
 
     fn at_s(secs: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + secs).unwrap()
     }
 
+    /// The verdict table's test VM (tests.rs), Running on `hypervisor` with counter `tx`.
     fn vm(tx: u64, hypervisor: &str) -> VirtualMachine {
-        VirtualMachine {
-            id: "vm-1".into(),
-            name: "w-1".into(),
-            displayname: None,
-            state: VmState::Running,
-            zoneid: None,
-            zonename: None,
-            account: None,
-            domainid: None,
-            projectid: None,
-            hostid: Some("host-1".into()),
-            hostname: None,
-            hostcontrolstate: Some(HostControlState::Enabled),
-            haenable: None,
-            created: Some(CsTime(at_s(-60))),
-            lastupdated: None,
-            nics: vec![Nic {
-                id: Some("nic-1".into()),
-                networkid: Some("net-1".into()),
-                networkname: None,
-                ipaddress: Some("10.1.1.10".into()),
-                ip6address: None,
-                isdefault: true,
-                traffictype: Some("Guest".into()),
-                network_type: Some("Isolated".into()),
-                macaddress: Some("02:00:00:00:00:01".into()),
-            }],
-            networkkbswrite: Some(tx),
-            networkkbsread: Some(tx),
-            cpuused: None,
-            jobid: None,
-            jobstatus: None,
-            hypervisor: Some(hypervisor.into()),
-        }
+        let mut v = crate::tests::vm(VmState::Running);
+        v.networkkbswrite = Some(tx);
+        v.hypervisor = Some(hypervisor.into());
+        v.created = Some(CsTime(at_s(-60)));
+        v
     }
 
     fn graces() -> Graces {

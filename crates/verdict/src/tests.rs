@@ -30,7 +30,7 @@ fn nic(ip: Option<&str>) -> Nic {
     }
 }
 
-fn vm(state: VmState) -> VirtualMachine {
+pub(crate) fn vm(state: VmState) -> VirtualMachine {
     VirtualMachine {
         id: "vm-1".into(),
         name: "demo-md-0-a".into(),

@@ -10,20 +10,23 @@
 //! per minute and by the jobs in flight; a key CloudStack refuses is reported once and not
 //! used again until it changes.
 
+mod answers;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use jiff::{SignedDuration, Timestamp};
 use tracing::{debug, warn};
 
 use crate::cloudstack::client::{AsyncJobState, CloudStackClient, DiagnosticsKind};
-use crate::cloudstack::diagnostics::{read_arping, read_ping, ProbeReading};
-use crate::cloudstack::error::CloudStackError;
-use crate::cloudstack::model::{pick_router, DiagnosticsOutput};
+use crate::cloudstack::model::pick_router;
 use crate::status::ProbeReport;
 use crate::verdict::probe::{
     assess_probe, following_up, probe_due, ProbeAnswer, ProbeAttempt, ProbeEvidence, ProbeNic,
 };
 use crate::verdict::{Graces, MachineFacts, VmHistory};
+
+pub use answers::same_endpoint;
+use answers::{error_end, read_job_output, JobEnd};
 
 /// The probe's bounds (flags of `run` and `check`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,14 +102,6 @@ pub struct Prober {
     routers: HashMap<String, RouterSeen>,
     started_per_scope: HashMap<String, VecDeque<Timestamp>>,
     report: ProbeReport,
-}
-
-/// Outcome of one finished (or failed) job.
-enum JobEnd {
-    Answer(ProbeAnswer),
-    /// arping could not run (its setup error): ask with ping instead.
-    TryPing(String),
-    Refused(String),
 }
 
 impl Prober {
@@ -192,7 +187,9 @@ impl Prober {
                         continue;
                     }
                 }
-                Ok(AsyncJobState::Succeeded(value)) => read_job_output(&f, &value),
+                Ok(AsyncJobState::Succeeded(value)) => {
+                    read_job_output(f.kind, &f.router, &f.nic, &value)
+                }
                 Ok(AsyncJobState::Failed { text, .. }) => {
                     JobEnd::Answer(ProbeAnswer::NoEvidence(format!(
                         "the {} job on router {} failed: {text}",
@@ -203,22 +200,11 @@ impl Prober {
                 Err(e) => error_end(&e, &format!("reading the {} job", f.kind.as_str())),
             };
             match end {
-                JobEnd::TryPing(why) => {
+                JobEnd::TryPing(why) if f.kind == DiagnosticsKind::Arping => {
                     debug!(vm = %f.vm_id, %why, "arping could not run; trying ping");
                     retry_with_ping.push(f);
                 }
-                JobEnd::Refused(why) => {
-                    self.refuse(why);
-                    self.finish(
-                        scopes,
-                        &f,
-                        ProbeAnswer::NoEvidence("probe key refused".into()),
-                        graces,
-                        now,
-                        outcome,
-                    );
-                }
-                JobEnd::Answer(answer) => self.finish(scopes, &f, answer, graces, now, outcome),
+                end => self.end_attempt(scopes, &f, end, graces, now, outcome),
             }
         }
         self.in_flight = still;
@@ -233,19 +219,31 @@ impl Prober {
                     kind: DiagnosticsKind::Ping,
                     ..f
                 }),
-                Err(end) => {
-                    let answer = match end {
-                        JobEnd::Refused(why) => {
-                            self.refuse(why);
-                            ProbeAnswer::NoEvidence("probe key refused".into())
-                        }
-                        JobEnd::Answer(a) => a,
-                        JobEnd::TryPing(why) => ProbeAnswer::NoEvidence(why),
-                    };
-                    self.finish(scopes, &f, answer, graces, now, outcome);
-                }
+                Err(end) => self.end_attempt(scopes, &f, end, graces, now, outcome),
             }
         }
+    }
+
+    /// Ends an attempt the way its job (or the call starting it) ended: a refused key turns the
+    /// probe off; anything but an answer is no evidence.
+    fn end_attempt(
+        &mut self,
+        scopes: &mut [ScopeHistories<'_>],
+        f: &InFlight,
+        end: JobEnd,
+        graces: &Graces,
+        now: Timestamp,
+        outcome: &mut StepOutcome,
+    ) {
+        let answer = match end {
+            JobEnd::Answer(a) => a,
+            JobEnd::TryPing(why) => ProbeAnswer::NoEvidence(why),
+            JobEnd::Refused(why) => {
+                self.refuse(why);
+                ProbeAnswer::NoEvidence("probe key refused".into())
+            }
+        };
+        self.finish(scopes, f, answer, graces, now, outcome);
     }
 
     /// Records a finished attempt in its VM's history (if the VM is still tracked).
@@ -376,27 +374,13 @@ impl Prober {
                     outcome.started += 1;
                     self.in_flight.push(InFlight { job, ..f });
                 }
-                Err(JobEnd::Refused(why)) => {
-                    self.refuse(why);
-                    self.finish(
-                        scopes,
-                        &f,
-                        ProbeAnswer::NoEvidence("probe key refused".into()),
-                        graces,
-                        now,
-                        outcome,
-                    );
-                    break;
+                Err(end) => {
+                    let refused = matches!(end, JobEnd::Refused(_));
+                    self.end_attempt(scopes, &f, end, graces, now, outcome);
+                    if refused {
+                        break;
+                    }
                 }
-                Err(JobEnd::Answer(a)) => self.finish(scopes, &f, a, graces, now, outcome),
-                Err(JobEnd::TryPing(why)) => self.finish(
-                    scopes,
-                    &f,
-                    ProbeAnswer::NoEvidence(why),
-                    graces,
-                    now,
-                    outcome,
-                ),
             }
         }
     }
@@ -527,87 +511,4 @@ fn history_mut<'h>(
         .find(|s| s.scope == scope)?
         .histories
         .get_mut(vm_id)
-}
-
-/// A finished job's output, read as the tool printed it.
-fn read_job_output(f: &InFlight, value: &serde_json::Value) -> JobEnd {
-    let out: DiagnosticsOutput = match serde_json::from_value(value.clone()) {
-        Ok(o) => o,
-        Err(e) => {
-            return JobEnd::Answer(ProbeAnswer::NoEvidence(format!(
-                "the {} job's result is not a diagnostics answer: {e}",
-                f.kind.as_str()
-            )))
-        }
-    };
-    let reading = match f.kind {
-        DiagnosticsKind::Arping => read_arping(&out, f.nic.mac.as_deref()),
-        DiagnosticsKind::Ping => read_ping(&out),
-    };
-    match (f.kind, reading) {
-        (_, ProbeReading::Reply { .. }) => JobEnd::Answer(ProbeAnswer::Reply),
-        (_, ProbeReading::NoReply) => JobEnd::Answer(ProbeAnswer::NoReply),
-        (_, ProbeReading::ReplyFromOtherMac { mac }) => {
-            JobEnd::Answer(ProbeAnswer::NoEvidence(format!(
-                "{} was answered by MAC {mac}, not the NIC's (a duplicate address or proxy ARP)",
-                f.nic.address
-            )))
-        }
-        (DiagnosticsKind::Arping, ProbeReading::NoEvidence(why)) => {
-            JobEnd::TryPing(format!("arping on router {}: {why}", f.router))
-        }
-        (DiagnosticsKind::Ping, ProbeReading::NoEvidence(why)) => JobEnd::Answer(
-            ProbeAnswer::NoEvidence(format!("ping on router {}: {why}", f.router)),
-        ),
-    }
-}
-
-/// An API error: a refused key stops the probe; anything else is no evidence.
-fn error_end(e: &CloudStackError, doing: &str) -> JobEnd {
-    if e.is_refused_by_role() {
-        JobEnd::Refused(format!("{doing}: {}", e.stable_summary()))
-    } else {
-        JobEnd::Answer(ProbeAnswer::NoEvidence(format!(
-            "{doing}: {}",
-            e.stable_summary()
-        )))
-    }
-}
-
-/// Two API URLs name the same endpoint: scheme, host, port and path, case-insensitive host,
-/// trailing slash ignored.
-pub fn same_endpoint(a: &str, b: &str) -> bool {
-    fn norm(u: &str) -> Option<String> {
-        let url = url::Url::parse(u.trim()).ok()?;
-        Some(format!(
-            "{}://{}:{}{}",
-            url.scheme(),
-            url.host_str()?.to_ascii_lowercase(),
-            url.port_or_known_default()?,
-            url.path().trim_end_matches('/')
-        ))
-    }
-    matches!((norm(a), norm(b)), (Some(x), Some(y)) if x == y)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn endpoints_match_by_scheme_host_port_and_path() {
-        assert!(same_endpoint(
-            "https://CS.example:443/client/api",
-            "https://cs.example/client/api/"
-        ));
-        assert!(!same_endpoint(
-            "https://cs.example/client/api",
-            "http://cs.example/client/api"
-        ));
-        assert!(!same_endpoint(
-            "https://a/client/api",
-            "https://b/client/api"
-        ));
-        assert!(!same_endpoint("not a url", "not a url"));
-    }
 }

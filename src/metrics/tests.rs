@@ -1,0 +1,262 @@
+//! The metrics' names, label sets and encoding, as Prometheus scrapes them.
+
+use super::*;
+
+fn has_line(text: &str, line: &str) -> bool {
+    text.lines().any(|l| l == line)
+}
+
+#[test]
+fn probe_counts_become_counters_that_only_grow() {
+    let m = Metrics::new();
+    let mut r = crate::status::ProbeReport {
+        enabled: true,
+        in_flight: 3,
+        ..Default::default()
+    };
+    r.counts.jobs_started = 5;
+    r.counts.replies = 4;
+    m.observe_probe(&r);
+    r.counts.jobs_started = 7;
+    r.counts.no_replies = 1;
+    r.refused = Some("The API runDiagnostics is denied for the account's role.".into());
+    m.observe_probe(&r);
+    let text = m.encode();
+    assert!(
+        has_line(
+            &text,
+            "capc_health_probe_events_total{event=\"job_started\"} 7"
+        ),
+        "{text}"
+    );
+    assert!(has_line(
+        &text,
+        "capc_health_probe_events_total{event=\"reply\"} 4"
+    ));
+    assert!(has_line(
+        &text,
+        "capc_health_probe_events_total{event=\"no_reply\"} 1"
+    ));
+    assert!(has_line(&text, "capc_health_probe_in_flight 3"));
+    assert!(has_line(&text, "capc_health_probe_refused 1"));
+    // A new prober (a rotated key) starts its counts at 0: the counter still grows.
+    r.counts.jobs_started = 2;
+    m.observe_probe(&r);
+    assert!(has_line(
+        &m.encode(),
+        "capc_health_probe_events_total{event=\"job_started\"} 9"
+    ));
+}
+
+#[track_caller]
+fn assert_line(text: &str, line: &str) {
+    assert!(has_line(text, line), "missing line {line:?} in:\n{text}");
+}
+
+#[test]
+fn every_metric_is_prefixed_and_described() {
+    let fresh = Metrics::new().encode();
+    // Label families without series are left out; the plain gauges and counter start at 0.
+    assert!(!fresh.contains("capc_health_verdicts"), "{fresh}");
+    assert_line(&fresh, "capc_health_leader 0");
+    assert_line(&fresh, "capc_health_ready 0");
+    assert_line(&fresh, "capc_health_rate_limit_wait_seconds_total 0.0");
+
+    let m = Metrics::new();
+    m.set_verdict_counts(&BTreeMap::from([((Status::True, "VMHealthy".into()), 1)]));
+    m.record_transition(Status::True, "VMHealthy");
+    m.record_escalation("annotated");
+    m.observe_poll("s", 1.0);
+    m.record_calls("listVirtualMachines", "ok", 1);
+    m.observe_time_to_false("VMError", 60.0);
+    m.set_mass_failure_held("s", false);
+    m.record_write("condition", "ok");
+    m.observe_cycle(0.5);
+    let text = m.encode();
+    for name in [
+        "capc_health_kube_writes counter",
+        "capc_health_cycle_duration_seconds histogram",
+        "capc_health_verdicts gauge",
+        "capc_health_transitions counter",
+        "capc_health_escalations counter",
+        "capc_health_poll_duration_seconds histogram",
+        "capc_health_cloudstack_calls counter",
+        "capc_health_rate_limit_wait_seconds counter",
+        "capc_health_time_to_verdict_seconds histogram",
+        "capc_health_mass_failure_held gauge",
+        "capc_health_leader gauge",
+        "capc_health_ready gauge",
+    ] {
+        assert_line(&text, &format!("# TYPE {name}"));
+    }
+    assert!(text.ends_with("# EOF\n"), "{text}");
+}
+
+#[test]
+fn counters_carry_their_labels_and_values() {
+    let m = Metrics::new();
+    m.record_transition(Status::False, "VMError");
+    m.record_transition(Status::False, "VMError");
+    m.record_transition(Status::True, "VMHealthy");
+    m.record_escalation("annotated");
+    m.record_escalation("MassFailure");
+    m.record_calls("listVirtualMachines", "ok", 3);
+    m.record_calls("listVirtualMachines", "timeout", 1);
+    m.record_rate_limit_wait(1.5);
+    m.record_rate_limit_wait(-4.0);
+    m.record_write("condition", "ok");
+    m.record_write("condition", "conflict");
+    m.record_write("annotation", "not_leader");
+    let writes = m.encode();
+    assert_line(
+        &writes,
+        r#"capc_health_kube_writes_total{kind="condition",result="conflict"} 1"#,
+    );
+    assert_line(
+        &writes,
+        r#"capc_health_kube_writes_total{kind="annotation",result="not_leader"} 1"#,
+    );
+    m.record_rate_limit_wait(f64::NAN);
+    m.set_leader(true);
+    m.set_ready(true);
+    m.set_mass_failure_held("https://cs/client/api zone=z1", true);
+    m.set_mass_failure_held("https://cs/client/api zone=z2", false);
+    let text = m.encode();
+    assert_line(
+        &text,
+        r#"capc_health_transitions_total{status="False",reason="VMError"} 2"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_transitions_total{status="True",reason="VMHealthy"} 1"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_escalations_total{result="annotated"} 1"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_escalations_total{result="MassFailure"} 1"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_cloudstack_calls_total{command="listVirtualMachines",result="ok"} 3"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_cloudstack_calls_total{command="listVirtualMachines",result="timeout"} 1"#,
+    );
+    assert_line(&text, "capc_health_rate_limit_wait_seconds_total 1.5");
+    assert_line(&text, "capc_health_leader 1");
+    assert_line(&text, "capc_health_ready 1");
+    assert_line(
+        &text,
+        r#"capc_health_mass_failure_held{scope="https://cs/client/api zone=z1"} 1"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_mass_failure_held{scope="https://cs/client/api zone=z2"} 0"#,
+    );
+}
+
+#[test]
+fn verdict_counts_zero_label_sets_that_disappeared() {
+    let m = Metrics::new();
+    let mut counts = BTreeMap::new();
+    counts.insert((Status::True, "VMHealthy".to_string()), 7);
+    counts.insert((Status::False, "VMStopped".to_string()), 2);
+    m.set_verdict_counts(&counts);
+    let text = m.encode();
+    assert_line(
+        &text,
+        r#"capc_health_verdicts{status="True",reason="VMHealthy"} 7"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_verdicts{status="False",reason="VMStopped"} 2"#,
+    );
+
+    let mut counts = BTreeMap::new();
+    counts.insert((Status::True, "VMHealthy".to_string()), 9);
+    counts.insert((Status::Unknown, "CloudStackAPIUnavailable".to_string()), 1);
+    m.set_verdict_counts(&counts);
+    let text = m.encode();
+    assert_line(
+        &text,
+        r#"capc_health_verdicts{status="True",reason="VMHealthy"} 9"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_verdicts{status="False",reason="VMStopped"} 0"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_verdicts{status="Unknown",reason="CloudStackAPIUnavailable"} 1"#,
+    );
+}
+
+#[test]
+fn histograms_bucket_observations_and_ignore_nonsense() {
+    let m = Metrics::new();
+    m.observe_poll("s1", 0.3);
+    m.observe_poll("s1", 1.2);
+    m.observe_poll("s1", -1.0);
+    m.observe_poll("s1", f64::INFINITY);
+    m.observe_time_to_false("VMError", 45.0);
+    m.observe_time_to_false("VMError", 4000.0);
+    m.observe_time_to_false("VMError", f64::NAN);
+    let text = m.encode();
+    assert_line(
+        &text,
+        r#"capc_health_poll_duration_seconds_count{scope="s1"} 2"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_poll_duration_seconds_sum{scope="s1"} 1.5"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_poll_duration_seconds_bucket{le="0.2",scope="s1"} 0"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_poll_duration_seconds_bucket{le="0.5",scope="s1"} 1"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_poll_duration_seconds_bucket{le="2.0",scope="s1"} 2"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_time_to_verdict_seconds_bucket{le="10.0",reason="VMError"} 0"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_time_to_verdict_seconds_bucket{le="60.0",reason="VMError"} 1"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_time_to_verdict_seconds_bucket{le="3600.0",reason="VMError"} 1"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_time_to_verdict_seconds_bucket{le="+Inf",reason="VMError"} 2"#,
+    );
+    assert_line(
+        &text,
+        r#"capc_health_time_to_verdict_seconds_count{reason="VMError"} 2"#,
+    );
+}
+
+#[test]
+fn label_values_are_escaped() {
+    let m = Metrics::new();
+    m.record_escalation("held \"quoted\"\nline");
+    let text = m.encode();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("capc_health_escalations_total{result=\"held \\\"quoted\\\"")),
+        "{text}"
+    );
+    assert!(!has_line(&text, "line\"} 1"), "{text}");
+}
