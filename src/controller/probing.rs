@@ -25,8 +25,9 @@ use crate::verdict::MachineFacts;
 #[derive(Default)]
 pub struct Probing {
     prober: Option<(u64, Prober)>,
-    /// Per scope key, per VM id: the facts of the Machine it belongs to, as of the last cycle.
-    facts: HashMap<String, HashMap<String, MachineFacts>>,
+    /// Per VM id (a CloudStack UUID, so unique across scopes; the scope's histories say where
+    /// it is polled): the facts of the Machine it belongs to, as of the last cycle.
+    facts: HashMap<String, MachineFacts>,
     /// Why the probe key cannot be used (no Secret values in it).
     problem: Option<String>,
 }
@@ -102,10 +103,10 @@ impl Controller {
     pub(super) fn note_probe_facts(&mut self, g: &Gathered) {
         self.probing.facts.clear();
         for t in &g.targets {
-            let (Some(scope), Some(id)) = (g.scope_key(t), &t.instance_id) else {
+            let (Some(_), Some(id)) = (g.scope_key(t), &t.instance_id) else {
                 continue;
             };
-            self.probing.facts.entry(scope.clone()).or_default().insert(
+            self.probing.facts.insert(
                 id.clone(),
                 MachineFacts {
                     has_node: t.machine.has_node_ref,
@@ -123,25 +124,16 @@ impl Controller {
         };
         let facts = &self.probing.facts;
         let mut covered: Vec<ScopeHistories<'_>> = Vec::new();
-        let mut owners: HashMap<String, String> = HashMap::new();
         for (key, scope) in self.scopes.iter_mut() {
             if !scope.in_use || !prober.covers(scope.client.api_url()) {
                 continue;
-            }
-            if let Some(ids) = facts.get(key) {
-                for id in ids.keys() {
-                    owners.insert(id.clone(), key.clone());
-                }
             }
             covered.push(ScopeHistories {
                 scope: key,
                 histories: &mut scope.observer.histories,
             });
         }
-        let lookup = |vm: &str| -> Option<MachineFacts> {
-            let scope = owners.get(vm)?;
-            facts.get(scope)?.get(vm).cloned()
-        };
+        let lookup = |vm: &str| facts.get(vm).cloned();
         let outcome = prober.step(&mut covered, &lookup, &self.graces, now).await;
         self.metrics.observe_probe(&prober.report());
         outcome
