@@ -8,6 +8,8 @@
 //! - [`scope`]: one listing per scope per poll, matched to tracked VMs by id.
 //! - [`probe`]: the opt-in ARP probe from a network's virtual router (`runDiagnostics`), paced
 //!   by `verdict::probe`, bounded by a per-scope budget.
+//! - [`orphans`]: remnants — VMs no CloudStackMachine owns, found from the watches and the
+//!   listings (pure), and `capc-health-shim orphans`.
 //! - [`check`]: the one-shot `capc-health-shim check` command (client + engine, no Kubernetes).
 //! - [`k8s`]: the Kubernetes side's pure rules (Machine views, escalation, Lease hold).
 //! - [`controller`]: `capc-health-shim run`, the cycle in named phases and its Kubernetes I/O.
@@ -27,6 +29,7 @@ pub mod docs_gen;
 pub mod http;
 pub mod k8s;
 pub mod metrics;
+pub mod orphans;
 pub mod probe;
 pub mod scope;
 pub mod status;

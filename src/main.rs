@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use capc_health_shim::{check, controller, demo, status_cmd};
+use capc_health_shim::{check, controller, demo, orphans, status_cmd};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -50,6 +50,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Render a running shim's /status for humans.
     Status(status_cmd::StatusArgs),
+    /// List the VMs a running shim reports as orphans, with the CloudMonkey commands to remove them (never run).
+    Orphans(orphans::cmd::OrphansArgs),
 }
 
 fn main() -> ExitCode {
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
             Command::Check(args) => check::main(*args).await,
             Command::Demo(args) => demo::main(args).await,
             Command::Status(args) => status_cmd::main(args).await,
+            Command::Orphans(args) => orphans::cmd::main(args).await,
         }
     });
     ExitCode::from(code)

@@ -31,6 +31,68 @@ pub struct StatusReport {
     /// The opt-in guest probe; `None` when no probe credentials are configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeReport>,
+    /// CloudStack VMs no CloudStackMachine owns (remnants), by VM id: reported, never deleted.
+    #[serde(default)]
+    pub orphans: Vec<OrphanReport>,
+    #[serde(default)]
+    pub orphan_detection: OrphanDetectionReport,
+}
+
+/// How a VM came to be owned by nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OrphanKind {
+    /// It was a CloudStackMachine's `instanceID`; that CloudStackMachine is gone and the VM
+    /// was never destroyed (a finalizer removed by hand).
+    InstanceOfDeleted,
+    /// It has the name of a CloudStackMachine that is gone (deleted while CAPC's deploy job
+    /// was in flight, capc#190).
+    NameOfDeleted,
+    /// It has the name of a CloudStackMachine that records another VM (a second deploy).
+    NameTaken,
+}
+
+impl OrphanKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InstanceOfDeleted => "instance-of-deleted",
+            Self::NameOfDeleted => "name-of-deleted",
+            Self::NameTaken => "name-taken",
+        }
+    }
+}
+
+/// A VM owned by nothing (a suspect until `reported_at` is set, after the grace).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrphanReport {
+    pub vm_id: String,
+    pub vm_name: String,
+    /// Its state at the latest listing.
+    pub vm_state: String,
+    /// The scope whose listing shows it.
+    pub scope: String,
+    /// `namespace/name` of the Cluster its CloudStackMachine belonged to, when labelled.
+    pub cluster: Option<String>,
+    /// `namespace/name` of the CloudStackMachine it belonged to (or is named after).
+    pub cloudstack_machine: String,
+    pub kind: OrphanKind,
+    /// When the shim first saw it owned by nothing.
+    pub since: Timestamp,
+    /// When it was reported (at least the grace after `since`).
+    pub reported_at: Option<Timestamp>,
+    pub why: String,
+}
+
+/// What `/status` says of the orphan report itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OrphanDetectionReport {
+    pub enabled: bool,
+    pub grace_seconds: f64,
+    /// VMs owned by nothing, still within their grace.
+    pub suspects: usize,
+    /// CloudStackMachines remembered (present, or gone within the memory).
+    pub remembered_machines: usize,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

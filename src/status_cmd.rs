@@ -210,7 +210,7 @@ fn printable(c: char) -> char {
     }
 }
 
-fn cell(s: &str) -> String {
+pub(crate) fn cell(s: &str) -> String {
     s.chars().map(printable).collect()
 }
 
@@ -226,7 +226,7 @@ fn yes_no(b: bool) -> &'static str {
     }
 }
 
-fn time(t: Option<Timestamp>) -> String {
+pub(crate) fn time(t: Option<Timestamp>) -> String {
     t.map(crate::verdict::at).unwrap_or_else(|| "-".to_string())
 }
 
@@ -411,6 +411,8 @@ pub fn render_human(r: &StatusReport) -> String {
         out.push('\n');
         out.push_str(&probe_line(p));
     }
+    out.push('\n');
+    out.push_str(&crate::orphans::cmd::render_table(r));
     out
 }
 

@@ -10,8 +10,8 @@ use capc_health_shim::http::{self, HttpState};
 use capc_health_shim::k8s::capi::{ApiChoice, ConditionLayout, Mode};
 use capc_health_shim::metrics::Metrics;
 use capc_health_shim::status::{
-    ClusterReport, FailureDomainReport, MachineReport, ProbeCounts, ProbeReport, ScopeReport,
-    StatusReport,
+    ClusterReport, FailureDomainReport, MachineReport, OrphanDetectionReport, OrphanKind,
+    OrphanReport, ProbeCounts, ProbeReport, ScopeReport, StatusReport,
 };
 use capc_health_shim::verdict::Status;
 use jiff::Timestamp;
@@ -172,8 +172,30 @@ fn report() -> StatusReport {
             refused: None,
             last_error: None,
         }),
+        orphans: vec![OrphanReport {
+            vm_id: ORPHAN_ID.into(),
+            vm_name: "prod-md-0-gone7".into(),
+            vm_state: "Running".into(),
+            scope: "https://cs.example/client/api zone=z1".into(),
+            cluster: Some("prod/prod".into()),
+            cloudstack_machine: "prod/prod-md-0-gone7".into(),
+            kind: OrphanKind::NameOfDeleted,
+            since: ts("2026-11-30T10:00:00Z"),
+            reported_at: Some(ts("2026-11-30T10:15:00Z")),
+            why: "it has the name of CloudStackMachine prod/prod-md-0-gone7, which was deleted \
+                  before it recorded an instance"
+                .into(),
+        }],
+        orphan_detection: OrphanDetectionReport {
+            enabled: true,
+            grace_seconds: 900.0,
+            suspects: 0,
+            remembered_machines: 5,
+        },
     }
 }
+
+const ORPHAN_ID: &str = "7c3e1a90-0000-4000-8000-0000000000aa";
 
 fn metrics() -> Metrics {
     let m = Metrics::new();
@@ -359,6 +381,67 @@ async fn endpoints_serve_the_report_metrics_and_probes_and_stop_on_shutdown() {
     assert!(ended.is_ok(), "{ended:?}");
     let refused = client().get(format!("http://{addr}/healthz")).send().await;
     assert!(refused.is_err(), "still serving after shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orphans_command_prints_each_orphan_and_the_command_it_never_runs() {
+    let server = start(report()).await;
+    let url = format!("http://{}", server.addr);
+    let out = shim(vec!["orphans".into(), "--url".into(), url.clone()]).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", text, stderr(&out));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "orphan VMs: 1 reported, 0 within their 900 s grace"
+    );
+    assert_eq!(
+        columns(lines[2]),
+        [
+            "prod/prod",
+            "prod-md-0-gone7",
+            ORPHAN_ID,
+            "Running",
+            "prod/prod-md-0-gone7",
+            "name-of-deleted",
+            "2026-11-30T10:00:00Z",
+            "https://cs.example/client/api zone=z1",
+        ]
+    );
+    assert!(text.contains(&format!(
+        "cmk destroy virtualmachine id={ORPHAN_ID} expunge=true"
+    )));
+    assert!(text.contains("never runs these"));
+    // -o json is the orphans section, as /status has it.
+    let out = shim(vec![
+        "orphans".into(),
+        "--url".into(),
+        url.clone(),
+        "-o".into(),
+        "json".into(),
+    ])
+    .await;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v[0]["vm_id"], ORPHAN_ID);
+    assert_eq!(v[0]["kind"], "name-of-deleted");
+    assert_eq!(v[0]["reported_at"], "2026-11-30T10:15:00Z");
+    // `status` shows the same table.
+    let out = shim(vec!["status".into(), "--url".into(), url]).await;
+    assert!(stdout(&out).contains("orphan VMs: 1 reported"));
+    assert!(stdout(&out).contains(ORPHAN_ID));
+    // An unreachable shim is exit 3, as for `status`.
+    let out = shim(vec![
+        "orphans".into(),
+        "--url".into(),
+        "http://127.0.0.1:9".into(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("orphans: cannot reach"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

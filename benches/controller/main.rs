@@ -215,7 +215,8 @@ async fn wait_cycles(
 #[derive(Debug, Clone, Default)]
 struct CostRow {
     machines: usize,
-    /// "this" (the build under test) or "baseline" (`CAPC_BENCH_BASELINE_SHIM`).
+    /// "this" (the build under test), "no-orphans" (the same build with
+    /// `--no-orphan-report`) or "baseline" (`CAPC_BENCH_BASELINE_SHIM`).
     build: &'static str,
     setup_seconds: f64,
     settle_seconds: f64,
@@ -245,7 +246,12 @@ struct CostRow {
     load: String,
 }
 
-async fn measure_cost(n: usize, build: &'static str, shim_binary: &Path) -> Result<CostRow> {
+async fn measure_cost(
+    n: usize,
+    build: &'static str,
+    shim_binary: &Path,
+    extra: &[&str],
+) -> Result<CostRow> {
     let http = http();
     let load_start = loadavg();
     let s = setup(n, "target/apiserver-bench", COST_POLL_SECS, "Admin").await?;
@@ -264,9 +270,10 @@ async fn measure_cost(n: usize, build: &'static str, shim_binary: &Path) -> Resu
         &format!("{COST_POLL_SECS}s"),
     ]
     .iter()
+    .chain(extra)
     .map(|a| a.to_string())
     .collect();
-    let log = Path::new(report::DIR).join(format!("controller-shim-{n}.log"));
+    let log = Path::new(report::DIR).join(format!("controller-shim-{n}-{build}.log"));
     std::fs::create_dir_all(report::DIR)?;
     let t0 = Instant::now();
     let mut shim = Shim::spawn(shim_binary, &s.api.kubeconfig, &args, &log)?;
@@ -446,7 +453,10 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
         fleet::CLUSTERS
     );
     for r in rows {
-        let prefix = if r.build == "this" { "" } else { "baseline_" };
+        let prefix = match r.build {
+            "this" => String::new(),
+            other => format!("{}_", other.replace('-', "_")),
+        };
         let k = |name: &str| format!("{prefix}{name}_{}_machines", r.machines);
         v.insert(k("cpu_seconds_per_cycle"), r.cpu_seconds_per_cycle);
         v.insert(k("rss_mib"), r.rss_peak_mib);
@@ -528,6 +538,49 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
             );
         }
     }
+    let without_orphans: Vec<(&CostRow, &CostRow)> = rows
+        .iter()
+        .filter(|r| r.build == "this")
+        .filter_map(|r| {
+            let b = rows
+                .iter()
+                .find(|b| b.build == "no-orphans" && b.machines == r.machines)?;
+            Some((r, b))
+        })
+        .collect();
+    if !without_orphans.is_empty() {
+        md.push_str(
+            "\nThe orphan report's cost: this build with it (the default) and without it \
+             (`--no-orphan-report`), same binary, same run:\n\n\
+             | Machines | CPU s/cycle with | without | ratio | peak RSS MiB with | without | ratio | steady RSS MiB with | without | ratio |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for (r, b) in without_orphans {
+            let key = |name: &str| {
+                format!(
+                    "{name}_ratio_with_vs_without_orphans_{}_machines",
+                    r.machines
+                )
+            };
+            let cpu = ratio(r.cpu_seconds_per_cycle, b.cpu_seconds_per_cycle);
+            let rss = ratio(r.rss_peak_mib, b.rss_peak_mib);
+            let steady = ratio(r.rss_steady_mib, b.rss_steady_mib);
+            v.insert(key("cpu_seconds_per_cycle"), cpu);
+            v.insert(key("rss_mib"), rss);
+            v.insert(key("rss_mib_steady"), steady);
+            let _ = writeln!(
+                md,
+                "| {} | {:.3} | {:.3} | {cpu:.2} | {:.1} | {:.1} | {rss:.2} | {:.1} | {:.1} | {steady:.2} |",
+                r.machines,
+                r.cpu_seconds_per_cycle,
+                b.cpu_seconds_per_cycle,
+                r.rss_peak_mib,
+                b.rss_peak_mib,
+                r.rss_steady_mib,
+                b.rss_steady_mib
+            );
+        }
+    }
     if let Some(base) = rows
         .iter()
         .find(|r| r.machines == 1_000 && r.build == "this")
@@ -605,21 +658,29 @@ async fn run_cost() -> Result<()> {
         .unwrap_or_else(|| DEFAULT_SIZES.to_vec());
     // Before/after in one run: each size is measured with this build and then, when
     // `CAPC_BENCH_BASELINE_SHIM` names an older `capc-health-shim` binary, with that one.
-    let mut builds: Vec<(&'static str, std::path::PathBuf)> =
-        vec![("this", env!("CARGO_BIN_EXE_capc-health-shim").into())];
+    let this: std::path::PathBuf = env!("CARGO_BIN_EXE_capc-health-shim").into();
+    let mut builds: Vec<(&'static str, std::path::PathBuf, &[&str])> =
+        vec![("this", this.clone(), &[])];
+    // The orphan report's cost: the same build without it, at the sizes named (10 000).
+    builds.push(("no-orphans", this, &["--no-orphan-report"]));
+    let orphan_sizes: Vec<usize> = std::env::var("CAPC_BENCH_ORPHAN_SIZES")
+        .ok()
+        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10_000]);
     if let Ok(baseline) = std::env::var("CAPC_BENCH_BASELINE_SHIM") {
         if !Path::new(&baseline).is_file() {
             bail!("CAPC_BENCH_BASELINE_SHIM={baseline}: no such file");
         }
-        builds.push(("baseline", baseline.into()));
+        builds.push(("baseline", baseline.into(), &[]));
     }
     let mut rows = Vec::new();
-    for (n, (build, binary)) in sizes
+    for (n, (build, binary, extra)) in sizes
         .iter()
         .flat_map(|&n| builds.iter().map(move |b| (n, b)))
+        .filter(|(n, (build, ..))| *build != "no-orphans" || orphan_sizes.contains(n))
     {
         let t = Instant::now();
-        match measure_cost(n, build, binary).await {
+        match measure_cost(n, build, binary, extra).await {
             Ok(r) => {
                 eprintln!(
                     "controller ({build}): {n} Machines: {:.3} CPU s/cycle, peak RSS {:.1} MiB, settle {:.1} s, \

@@ -34,7 +34,7 @@ pub(super) struct EscalationState {
 }
 
 /// The kinds of writes, as the `kind` label of `capc_health_kube_writes_total`.
-mod kind {
+pub(super) mod kind {
     pub const CONDITION: &str = "condition";
     pub const ANNOTATION: &str = "annotation";
     pub const EVENT: &str = "event";
@@ -107,26 +107,26 @@ impl Controller {
         states
     }
 
-    /// Sends one write of `kind` about `machine` if the Lease is confirmed, and counts its
+    /// Sends one write of `kind` about `object` (`Machine ns/name`) if the Lease is confirmed, and counts its
     /// outcome; a refusal is the write's error ([`KubeError::NotLeader`]) and nothing is sent
     /// (`write` is a future: it does nothing until awaited here).
-    async fn gated(
+    pub(super) async fn gated(
         &self,
         kind: &str,
-        machine: &str,
+        object: &str,
         write: impl std::future::Future<Output = Result<(), KubeError>>,
     ) -> Result<(), KubeError> {
         let outcome = match self.lease.confirm().await {
             Ok(()) => write.await,
             Err(refusal) => {
-                tracing::debug!(machine = %machine, kind = kind, reason = %refusal.message(),
+                tracing::debug!(object = %object, kind = kind, reason = %refusal.message(),
                     "write not sent: the leader Lease is not confirmed");
                 let message = match &refusal {
                     Refusal::Lost(why) => format!("no longer the leader: {why}"),
                     Refusal::Unconfirmed(why) => why.clone(),
                 };
                 Err(KubeError::NotLeader {
-                    what: format!("{kind} on Machine {machine}"),
+                    what: format!("{kind} on {object}"),
                     message,
                 })
             }
@@ -175,7 +175,8 @@ impl Controller {
             next,
             timeout,
         );
-        self.gated(kind::CONDITION, &machine, write).await?;
+        self.gated(kind::CONDITION, &format!("Machine {machine}"), write)
+            .await?;
         tracing::debug!(machine = %machine, status = %next.status, reason = %next.reason, "condition written");
         let previous = t.current.as_ref().map(|c| c.status);
         if previous != Some(next.status) {
@@ -204,7 +205,10 @@ impl Controller {
             note,
             to_std(self.args.kube_timeout),
         );
-        if let Err(e) = self.gated(kind::EVENT, &machine, write).await {
+        if let Err(e) = self
+            .gated(kind::EVENT, &format!("Machine {machine}"), write)
+            .await
+        {
             tracing::warn!(machine = %machine, error = %e, "cannot publish Event");
         }
     }
@@ -297,7 +301,10 @@ impl Controller {
                     &published.reason,
                     to_std(self.args.kube_timeout),
                 );
-                match self.gated(kind::ANNOTATION, &machine, write).await {
+                match self
+                    .gated(kind::ANNOTATION, &format!("Machine {machine}"), write)
+                    .await
+                {
                     Ok(()) => {}
                     Err(KubeError::NotLeader { message, .. }) => {
                         summary.refused_writes += 1;

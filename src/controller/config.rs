@@ -122,6 +122,14 @@ pub struct RunArgs {
     pub probe_credentials: Option<SecretRef>,
     #[command(flatten)]
     pub probe: ProbeArgs,
+    /// How long a CloudStack VM must be owned by no CloudStackMachine before it is reported as
+    /// an orphan (`/status`, a metric, one Warning Event on its Cluster; never deleted). See
+    /// docs/orphans.md.
+    #[arg(long, env = "CAPC_HEALTH_ORPHAN_GRACE", default_value = "15m", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(24 * 7)))]
+    pub orphan_grace: SignedDuration,
+    /// Do not look for orphan VMs (the scope listings are then not kept between phases).
+    #[arg(long, env = "CAPC_HEALTH_NO_ORPHAN_REPORT")]
+    pub no_orphan_report: bool,
 }
 
 /// A Secret named as `NAMESPACE/NAME`.

@@ -6,8 +6,10 @@
 //!    probes (it also steps between cycles).
 //! 3. [decide](super::decide): the one decision pipeline (`verdict::decide`), with the
 //!    NodeNotLinked lookup between its passes.
+//!    Then [orphans](super::orphans): the listings and the watched CloudStackMachines into the
+//!    orphan report.
 //! 4. [act](super::act): condition writes, Events, the remediate annotation — each behind the
-//!    leader Lease and its own timeout.
+//!    leader Lease and its own timeout; then one Event per newly reported orphan.
 //! 5. [report](super::report): `/status` and the verdict gauges.
 
 use std::collections::{BTreeMap, HashMap};
@@ -50,6 +52,8 @@ pub struct Controller {
     pub(super) written: HashMap<String, Written>,
     /// The opt-in guest probe (off without `--probe-credentials`).
     pub(super) probing: super::probing::Probing,
+    /// The orphan report (off with `--no-orphan-report`).
+    pub(super) orphans: Option<crate::orphans::OrphanFinder>,
 }
 
 /// A condition this process wrote, and the version of the Machine it was based on.
@@ -92,6 +96,8 @@ impl Controller {
         let guard = args.graces.guard();
         let events = Events::new(&client, &resources.machine);
         let lease = Arc::new(LeaseGate::unelected(to_std(args.kube_timeout)));
+        let orphans =
+            (!args.no_orphan_report).then(|| crate::orphans::OrphanFinder::new(args.orphan_grace));
         Self {
             client,
             args,
@@ -107,7 +113,13 @@ impl Controller {
             scopes: BTreeMap::new(),
             written: HashMap::new(),
             probing: Default::default(),
+            orphans,
         }
+    }
+
+    /// The metrics it records into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Confirms `lease` before every write.
@@ -129,8 +141,10 @@ impl Controller {
             // answers that came in since the last step count in this cycle's decisions.
             self.note_probe_facts(&gathered);
             self.probe_step(now).await;
+            let new_orphans = self.find_orphans(&gathered, now);
             let decided = self.decide(&gathered, now, &mut summary).await;
             let escalations = self.act(&gathered, &decided, now, &mut summary).await;
+            self.announce_orphans(&new_orphans).await;
             self.report(&gathered, &decided, escalations, &summary, now)
                 .await;
             summary

@@ -15,7 +15,7 @@ use super::targets::{self, EndpointRef, Objects, Target};
 use crate::cli::to_std;
 use crate::cloudstack::client::{ClientConfig, CloudStackClient};
 use crate::cloudstack::ratelimit::RateLimit;
-use crate::scope::ScopeObserver;
+use crate::scope::{ListedVm, ScopeObserver};
 use crate::status::ScopeReport;
 use crate::verdict::{ConditionState, VmHistory};
 
@@ -34,6 +34,8 @@ pub(super) struct ScopeState {
     last_in_use: Timestamp,
     /// Failed polls in a row, for the back-off.
     pub failed_polls: u32,
+    /// Every VM of this cycle's listing, when it was complete (kept for the orphan report).
+    pub listing: Option<Vec<ListedVm>>,
 }
 
 /// How long a scope no Machine uses keeps its histories: a Secret deleted and recreated (or a
@@ -100,6 +102,10 @@ impl Controller {
                     stats_wanted.insert(id.clone());
                 }
             }
+        }
+        // The orphan report lists scopes where Machines are being created, or were.
+        for endpoint in self.orphan_endpoints() {
+            by_endpoint.entry(endpoint).or_default();
         }
         for scope in self.scopes.values_mut() {
             scope.in_use = false;
@@ -173,11 +179,12 @@ impl Controller {
                 )
             })?;
             // A new client keeps the histories: a rotated key must not restart every grace.
-            let observer = self
+            let mut observer = self
                 .scopes
                 .remove(&key)
                 .map(|s| s.observer)
                 .unwrap_or_else(|| ScopeObserver::tracking(Vec::new()));
+            observer.keep_listing = self.orphans.is_some();
             let report = ScopeReport {
                 key: key.clone(),
                 api_url: client.api_url().to_string(),
@@ -195,6 +202,7 @@ impl Controller {
                     in_use: true,
                     last_in_use: now,
                     failed_polls: 0,
+                    listing: None,
                 },
             );
         }

@@ -371,7 +371,7 @@ pub async fn annotate_for_remediation(
     .await
 }
 
-/// Publishes Events about Machines.
+/// Publishes Events about Machines (and Clusters: the orphan report).
 #[derive(Clone)]
 pub struct Events {
     recorder: Arc<Recorder>,
@@ -406,6 +406,22 @@ impl Events {
             name: Some(name.to_string()),
             ..Default::default()
         };
+        self.publish_about(reference, None, warning, reason, note, timeout)
+            .await
+    }
+
+    /// Publishes one Event about the object `reference` names (and `related`, a second object
+    /// it concerns), within `timeout`. The recorder folds Events of the same reason about the
+    /// same objects into one series; a distinct `related` keeps them apart.
+    pub async fn publish_about(
+        &self,
+        reference: ObjectReference,
+        related: Option<ObjectReference>,
+        warning: bool,
+        reason: &str,
+        note: String,
+        timeout: Duration,
+    ) -> Result<(), KubeError> {
         let mut note = note;
         if note.len() > 1000 {
             let mut cut = 1000;
@@ -423,9 +439,14 @@ impl Events {
             reason: reason.to_string(),
             note: Some(note),
             action: "HealthCheck".into(),
-            secondary: None,
+            secondary: related,
         };
-        let what = format!("Event on Machine {namespace}/{name}");
+        let what = format!(
+            "Event on {} {}/{}",
+            reference.kind.as_deref().unwrap_or("object"),
+            reference.namespace.as_deref().unwrap_or_default(),
+            reference.name.as_deref().unwrap_or_default()
+        );
         within(timeout, what.clone(), async {
             self.recorder
                 .publish(&event, &reference)

@@ -19,6 +19,7 @@ pub mod gather;
 pub mod kube_error;
 pub mod kube_io;
 pub mod leadership;
+pub mod orphans;
 pub mod poll;
 pub mod probing;
 pub mod report;

@@ -41,6 +41,9 @@ fn query_of(scope: &ScopeState) -> VmListQuery {
 
 impl Controller {
     pub(super) async fn poll(&mut self, now: Timestamp) {
+        for scope in self.scopes.values_mut() {
+            scope.listing = None;
+        }
         for (key, scope) in self.scopes.iter_mut() {
             let backing_off = scope.report.next_poll.is_some_and(|due| now < due);
             if !scope.in_use || backing_off {
@@ -111,6 +114,8 @@ async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces
     )
     .await;
     scope.report.stats = Some(scope.observer.stats_summary(graces));
+    // Only a complete listing can show that a VM is owned by nothing.
+    scope.listing = o.listed.filter(|_| o.complete && o.listing_error.is_none());
     scope.report.stats_vms_asked = o.stats_vms_asked;
     for note in [&o.stats_note, &o.capabilities_note].into_iter().flatten() {
         tracing::debug!(scope = %scope.report.key, note = %note, "statistics");

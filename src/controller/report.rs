@@ -49,6 +49,7 @@ impl Controller {
             .collect();
         r.failure_domains = failure_domains;
         r.probe = self.probe_report();
+        (r.orphans, r.orphan_detection) = self.orphan_report();
         if let Some(p) = r.probe.clone() {
             r.problems.extend(p.last_error);
             r.problems.extend(

@@ -108,7 +108,12 @@ pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
         t.csm_state = csm.instance_state.clone();
         t.csm_state_since = csm.instance_state_since;
         let fd_name = csm.failure_domain_name.as_deref().unwrap_or_default();
-        match failure_domain(objects.failure_domains, view, fd_name) {
+        match failure_domain(
+            objects.failure_domains,
+            &view.namespace,
+            &view.cluster_name,
+            fd_name,
+        ) {
             Ok(endpoint) => t.endpoint = Some(endpoint),
             // Not deployed yet: CAPC picks the failure domain and the VM together, so a missing
             // one is no credentials problem until there is an instance to judge.
@@ -129,9 +134,10 @@ pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
 /// when it is the one failure domain of that name. One labelled for another cluster is never
 /// used: its zone and project would list the wrong VMs (and the VM would look gone). The
 /// error names what was looked for and what was found instead, for the `Unknown` verdict.
-fn failure_domain(
+pub(super) fn failure_domain(
     fds: &[Arc<FailureDomainRecord>],
-    m: &MachineView,
+    namespace: &str,
+    cluster: &str,
     fd_name: &str,
 ) -> Result<EndpointRef, String> {
     if fd_name.is_empty() {
@@ -140,25 +146,25 @@ fn failure_domain(
     let candidates: Vec<&FailureDomainRecord> = fds
         .iter()
         .map(|fd| &**fd)
-        .filter(|fd| fd.namespace == m.namespace)
+        .filter(|fd| fd.namespace == namespace)
         .filter(|fd| fd.spec_name.as_deref() == Some(fd_name) || fd.name == fd_name)
         .collect();
     let own: Vec<&FailureDomainRecord> = candidates
         .iter()
         .copied()
-        .filter(|fd| fd.cluster_name.as_deref() == Some(m.cluster_name.as_str()))
+        .filter(|fd| fd.cluster_name.as_deref() == Some(cluster))
         .collect();
     let fd = match (own.as_slice(), candidates.as_slice()) {
         ([fd], _) => *fd,
         ([], [fd]) if fd.cluster_name.is_none() => *fd,
         (_, []) => return Err(fd_name.to_string()),
-        _ => return Err(unusable(fd_name, &m.cluster_name, &candidates, own.len())),
+        _ => return Err(unusable(fd_name, cluster, &candidates, own.len())),
     };
     Ok(EndpointRef {
         secret_namespace: fd
             .secret_namespace
             .clone()
-            .unwrap_or_else(|| m.namespace.clone()),
+            .unwrap_or_else(|| namespace.to_string()),
         secret_name: fd
             .secret_name
             .clone()

@@ -14,6 +14,9 @@ pub mod well_known {
     pub const PAUSED: &str = "cluster.x-k8s.io/paused";
     pub const SKIP_REMEDIATION: &str = "cluster.x-k8s.io/skip-remediation";
     pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+    /// clusterctl move sets it on each source object right before deleting it
+    /// (`cmd/clusterctl/client/cluster/mover.go` `deleteSourceObject`, CAPI v1.9.6).
+    pub const DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
     pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
 }
 

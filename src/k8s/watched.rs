@@ -51,10 +51,25 @@ fn key_of(v: &Value) -> Option<(String, String)> {
     ))
 }
 
-fn paused_by_annotation(v: &Value) -> bool {
+fn has_annotation(v: &Value, key: &str) -> bool {
     v.pointer("/metadata/annotations")
         .and_then(Value::as_object)
-        .is_some_and(|a| a.contains_key(well_known::PAUSED))
+        .is_some_and(|a| a.contains_key(key))
+}
+
+fn paused_by_annotation(v: &Value) -> bool {
+    has_annotation(v, well_known::PAUSED)
+}
+
+fn cluster_label(v: &Value) -> Option<String> {
+    v.pointer("/metadata/labels")
+        .and_then(|l| l.get(well_known::CLUSTER_NAME_LABEL))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+fn deleting(v: &Value) -> bool {
+    str_at(v, "/metadata/deletionTimestamp").is_some()
 }
 
 /// A Machine: its view, when it was created, and our condition as published on it.
@@ -86,6 +101,12 @@ pub struct CloudStackMachineRecord {
     /// `status.instanceState` and when it last changed (an anchor after a restart).
     pub instance_state: Option<String>,
     pub instance_state_since: Option<Timestamp>,
+    /// The `cluster.x-k8s.io/cluster-name` label.
+    pub cluster_name: Option<String>,
+    /// It has a deletionTimestamp: CAPC is destroying its VM.
+    pub deleting: bool,
+    /// clusterctl marked it `delete-for-move`: its deletion here is a move, not a loss.
+    pub moving: bool,
 }
 
 impl CloudStackMachineRecord {
@@ -98,6 +119,9 @@ impl CloudStackMachineRecord {
             failure_domain_name: owned_at(v, "/spec/failureDomainName"),
             instance_state: owned_at(v, "/status/instanceState"),
             instance_state_since: time_at(v, "/status/instanceStateLastUpdated"),
+            cluster_name: cluster_label(v),
+            deleting: deleting(v),
+            moving: has_annotation(v, well_known::DELETE_FOR_MOVE),
         })
     }
 }
@@ -124,11 +148,7 @@ impl FailureDomainRecord {
             namespace,
             name,
             spec_name: owned_at(v, "/spec/name"),
-            cluster_name: v
-                .pointer("/metadata/labels")
-                .and_then(|l| l.get(well_known::CLUSTER_NAME_LABEL))
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            cluster_name: cluster_label(v),
             secret_name: owned_at(v, "/spec/acsEndpoint/name"),
             secret_namespace: owned_at(v, "/spec/acsEndpoint/namespace"),
             project: owned_at(v, "/spec/project"),
@@ -137,12 +157,15 @@ impl FailureDomainRecord {
     }
 }
 
-/// A Cluster: only whether it is paused (`spec.paused` or the paused annotation).
+/// A Cluster: whether it is paused (`spec.paused` or the paused annotation), whether it is
+/// being deleted, and its uid (Events about it name it, so `kubectl describe` finds them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterRecord {
     pub namespace: String,
     pub name: String,
     pub paused: bool,
+    pub deleting: bool,
+    pub uid: Option<String>,
 }
 
 impl ClusterRecord {
@@ -156,6 +179,8 @@ impl ClusterRecord {
                 .and_then(Value::as_bool)
                 .unwrap_or(false)
                 || paused_by_annotation(v),
+            deleting: deleting(v),
+            uid: owned_at(v, "/metadata/uid"),
         })
     }
 }
@@ -297,8 +322,17 @@ mod tests {
                 failure_domain_name: None,
                 instance_state: None,
                 instance_state_since: None,
+                cluster_name: None,
+                deleting: false,
+                moving: false,
             }
         );
+        let moving = CloudStackMachineRecord::from_json(&json!({"metadata": {"name": "x",
+            "labels": {CLUSTER_NAME_LABEL: "c1"}, "deletionTimestamp": "2026-12-01T00:00:00Z",
+            "annotations": {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}}}))
+        .unwrap();
+        assert_eq!(moving.cluster_name.as_deref(), Some("c1"));
+        assert!(moving.deleting && moving.moving);
         let fd =
             FailureDomainRecord::from_json(&json!({"metadata": {"name": "hash", "namespace": "ns",
                 "labels": {CLUSTER_NAME_LABEL: "c1", "other": "x"}},
@@ -347,6 +381,8 @@ mod tests {
             namespace: "ns".into(),
             name: "c1".into(),
             paused: false,
+            deleting: false,
+            uid: None,
         };
         let key = c.to_object_ref(());
         assert_eq!(

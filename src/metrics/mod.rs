@@ -73,6 +73,14 @@ pub struct ProbeLabels {
     pub event: String,
 }
 
+/// Orphan VMs: the Cluster their CloudStackMachine belonged to (`namespace/name`, empty when
+/// unlabelled) and the scope whose listing shows them.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct OrphanLabels {
+    pub cluster: String,
+    pub scope: String,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
@@ -123,6 +131,9 @@ pub struct Metrics {
     probe_seen: Mutex<crate::status::ProbeCounts>,
     probe_in_flight: Gauge,
     probe_refused: Gauge,
+    orphan_vms: Family<OrphanLabels, Gauge>,
+    /// Label sets `orphan_vms` has been set for, so vanished ones drop to 0.
+    orphans_seen: Mutex<BTreeSet<OrphanLabels>>,
 }
 
 impl Default for Metrics {
@@ -226,6 +237,12 @@ impl Metrics {
             "1 while CloudStack refuses the guest probe's key (the probe is off until it changes)",
             probe_refused.clone(),
         );
+        let orphan_vms = Family::<OrphanLabels, Gauge>::default();
+        registry.register(
+            "orphan_vms",
+            "CloudStack VMs reported as owned by no CloudStackMachine (never deleted by the shim)",
+            orphan_vms.clone(),
+        );
         Self {
             registry,
             verdicts,
@@ -245,6 +262,34 @@ impl Metrics {
             probe_seen: Mutex::new(crate::status::ProbeCounts::default()),
             probe_in_flight,
             probe_refused,
+            orphan_vms,
+            orphans_seen: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Sets `capc_health_orphan_vms` to the reported orphans per cluster and scope; label sets
+    /// set before and missing now drop to 0.
+    pub fn set_orphans(&self, orphans: &[crate::status::OrphanReport]) {
+        let mut counts: BTreeMap<OrphanLabels, i64> = BTreeMap::new();
+        for o in orphans {
+            let labels = OrphanLabels {
+                cluster: o.cluster.clone().unwrap_or_default(),
+                scope: o.scope.clone(),
+            };
+            *counts.entry(labels).or_default() += 1;
+        }
+        let mut seen = self
+            .orphans_seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for labels in seen.iter() {
+            if !counts.contains_key(labels) {
+                self.orphan_vms.get_or_create(labels).set(0);
+            }
+        }
+        for (labels, n) in counts {
+            self.orphan_vms.get_or_create(&labels).set(n);
+            seen.insert(labels);
         }
     }
 

@@ -12,7 +12,7 @@ use jiff::Timestamp;
 
 use crate::cloudstack::client::{CloudStackClient, VmListQuery};
 use crate::cloudstack::error::CloudStackError;
-use crate::cloudstack::model::{CsTime, UsageHistoryVm, VirtualMachine};
+use crate::cloudstack::model::{CsTime, UsageHistoryVm, VirtualMachine, VmState};
 use crate::verdict::traffic::{counter_cadence, rose_recently};
 use crate::verdict::{Graces, PollOutcome, StatsServer, VmHistory};
 
@@ -49,6 +49,28 @@ pub struct ScopeObserver {
     /// A young VM's counter fell: this endpoint does not sum rows whatever its version says
     /// (it ignored `accumulate`). Sticky: a later `listCapabilities` does not undo it.
     pub sums_disproved: bool,
+    /// Keep every listed VM's id, name and state in the poll's report (the orphan report
+    /// reads them; nothing else needs the VMs no Machine tracks).
+    pub keep_listing: bool,
+}
+
+/// One VM of a scope's listing, as the orphan report needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedVm {
+    /// Lowercased, as the CloudStackMachines' `instanceID`s are read.
+    pub id: String,
+    pub name: String,
+    pub state: VmState,
+}
+
+impl From<&VirtualMachine> for ListedVm {
+    fn from(vm: &VirtualMachine) -> Self {
+        Self {
+            id: vm.id.to_ascii_lowercase(),
+            name: vm.name.clone(),
+            state: vm.state.clone(),
+        }
+    }
 }
 
 impl ScopeObserver {
@@ -175,6 +197,9 @@ pub struct ScopePollReport {
     pub stats_note: Option<String>,
     /// Why the endpoint's capabilities are not known, if reading them failed.
     pub capabilities_note: Option<String>,
+    /// Every listed VM, when the observer keeps the listing (`None` when it does not, or the
+    /// listing failed).
+    pub listed: Option<Vec<ListedVm>>,
 }
 
 /// Polls a scope once: one paginated listing, then the usage history of the VMs whose
@@ -197,6 +222,7 @@ pub async fn poll(
         stats_vms_asked: 0,
         stats_note: None,
         capabilities_note: None,
+        listed: None,
     };
     refresh_capabilities(client, observer, &mut out, now).await;
     let wants_all = observer.stats_wanted.is_none();
@@ -220,6 +246,9 @@ pub async fn poll(
     out.vms_listed = listing.vms.len();
     out.complete = listing.complete;
     out.unreadable = listing.failures.len();
+    if observer.keep_listing {
+        out.listed = Some(listing.vms.iter().map(ListedVm::from).collect());
+    }
     observer.record(
         ScopePoll::Listed {
             vms: &listing.vms,
@@ -253,7 +282,6 @@ pub async fn poll(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cloudstack::model::VmState;
 
     fn vm(id: &str) -> VirtualMachine {
         serde_json::from_value(

@@ -1,0 +1,191 @@
+//! The orphan report in the cycle ([`crate::orphans`] decides): which endpoints gather must
+//! keep listing, the sightings and listings fed to the finder after the poll, and one Warning
+//! Event on the Cluster per orphan when it is first reported (behind the leader Lease).
+
+use std::collections::BTreeSet;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use super::act::kind;
+use super::cycle::Controller;
+use super::gather::Gathered;
+use super::targets::{failure_domain, EndpointRef};
+use crate::cli::to_std;
+use crate::orphans::{ClusterSighting, MachineSighting, ScopeListing};
+use crate::status::{OrphanDetectionReport, OrphanReport};
+
+/// The reason of the Event an orphan gets.
+pub const ORPHAN_EVENT_REASON: &str = "CloudStackVMOrphaned";
+
+impl Controller {
+    fn in_namespaces(&self, namespace: &str) -> bool {
+        self.args.namespaces.is_empty() || self.args.namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// Endpoints gather must poll for the orphan report although no Machine with a VM may use
+    /// them: every CloudStackMachine's (one being created has no VM yet, but once gone, a VM
+    /// named after it is looked for there), and the scopes of gone ones and of suspects.
+    pub(super) fn orphan_endpoints(&self) -> BTreeSet<EndpointRef> {
+        let Some(finder) = &self.orphans else {
+            return BTreeSet::new();
+        };
+        let fds = self.stores.failure_domains.state();
+        let mut out: BTreeSet<EndpointRef> = self
+            .stores
+            .cloudstack_machines
+            .state()
+            .iter()
+            .filter(|c| self.in_namespaces(&c.namespace))
+            .filter_map(|c| {
+                failure_domain(
+                    &fds,
+                    &c.namespace,
+                    c.cluster_name.as_deref().unwrap_or_default(),
+                    c.failure_domain_name.as_deref()?,
+                )
+                .ok()
+            })
+            .collect();
+        for key in finder.scopes_watched() {
+            if let Some(scope) = self.scopes.get(key) {
+                out.insert(scope.endpoint.clone());
+            }
+        }
+        out
+    }
+
+    /// After the poll: this cycle's CloudStackMachines, Clusters and complete listings into
+    /// the finder; returns the orphans reported for the first time.
+    pub(super) fn find_orphans(&mut self, g: &Gathered, now: Timestamp) -> Vec<OrphanReport> {
+        if self.orphans.is_none() {
+            return Vec::new();
+        }
+        let fds = self.stores.failure_domains.state();
+        let machines: Vec<MachineSighting> = self
+            .stores
+            .cloudstack_machines
+            .state()
+            .iter()
+            .filter(|c| self.in_namespaces(&c.namespace))
+            .map(|c| MachineSighting {
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+                cluster: c.cluster_name.clone(),
+                scope: c
+                    .failure_domain_name
+                    .as_deref()
+                    .and_then(|fd| {
+                        failure_domain(
+                            &fds,
+                            &c.namespace,
+                            c.cluster_name.as_deref().unwrap_or_default(),
+                            fd,
+                        )
+                        .ok()
+                    })
+                    .and_then(|e| g.scope_of.get(&e).cloned()),
+                instance_id: c.instance_id.clone(),
+                deleting: c.deleting,
+                moving: c.moving,
+            })
+            .collect();
+        let clusters: Vec<ClusterSighting> = self
+            .stores
+            .clusters
+            .state()
+            .iter()
+            .map(|c| ClusterSighting {
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
+                paused: c.paused,
+                deleting: c.deleting,
+            })
+            .collect();
+        let listings: Vec<ScopeListing<'_>> = self
+            .scopes
+            .iter()
+            .map(|(key, s)| ScopeListing {
+                scope: key,
+                vms: s.listing.as_deref(),
+            })
+            .collect();
+        let finder = self.orphans.as_mut().expect("checked above");
+        let newly = finder.observe(&machines, &clusters, &listings, now);
+        for o in &newly {
+            tracing::warn!(vm = %o.vm_id, name = %o.vm_name, scope = %o.scope,
+                cloudstack_machine = %o.cloudstack_machine, why = %o.why,
+                "orphan VM: owned by no CloudStackMachine (reported, never deleted)");
+        }
+        newly
+    }
+
+    /// One Warning Event per newly reported orphan on its Cluster (none without a cluster
+    /// label: the orphan is still in `/status` and the metric).
+    pub(super) async fn announce_orphans(&self, newly: &[OrphanReport]) {
+        let clusters = self.stores.clusters.state();
+        for o in newly {
+            let Some((namespace, name)) = o.cluster.as_deref().and_then(|c| c.split_once('/'))
+            else {
+                continue;
+            };
+            let uid = clusters
+                .iter()
+                .find(|c| c.namespace == namespace && c.name == name)
+                .and_then(|c| c.uid.clone());
+            let reference = ObjectReference {
+                api_version: Some(self.resources.cluster.api_version.clone()),
+                kind: Some("Cluster".into()),
+                namespace: Some(namespace.to_string()),
+                name: Some(name.to_string()),
+                uid,
+                ..Default::default()
+            };
+            let note = format!(
+                "VM {} ({}, {}) is owned by no CloudStackMachine: {}. The shim never deletes it; \
+                 `capc-health-shim orphans` prints the CloudMonkey command to remove it.",
+                o.vm_name, o.vm_id, o.vm_state, o.why
+            );
+            // The CloudStackMachine it belonged to: one Event per orphan, not one series.
+            let related = o
+                .cloudstack_machine
+                .split_once('/')
+                .map(|(ns, n)| ObjectReference {
+                    api_version: Some(self.resources.cloudstack_machine.api_version.clone()),
+                    kind: Some("CloudStackMachine".into()),
+                    namespace: Some(ns.to_string()),
+                    name: Some(n.to_string()),
+                    ..Default::default()
+                });
+            let write = self.events.publish_about(
+                reference,
+                related,
+                true,
+                ORPHAN_EVENT_REASON,
+                note,
+                to_std(self.args.kube_timeout),
+            );
+            let object = format!("Cluster {namespace}/{name}");
+            if let Err(e) = self.gated(kind::EVENT, &object, write).await {
+                tracing::warn!(cluster = %object, error = %e, "cannot publish the orphan Event");
+            }
+        }
+    }
+
+    /// What `/status` shows of the orphan report, and the gauge by cluster and scope.
+    pub(super) fn orphan_report(&self) -> (Vec<OrphanReport>, OrphanDetectionReport) {
+        let Some(finder) = &self.orphans else {
+            self.metrics.set_orphans(&[]);
+            return (Vec::new(), OrphanDetectionReport::default());
+        };
+        let orphans: Vec<OrphanReport> = finder.orphans().cloned().collect();
+        self.metrics.set_orphans(&orphans);
+        let detection = OrphanDetectionReport {
+            enabled: true,
+            grace_seconds: finder.grace().as_secs_f64(),
+            suspects: finder.suspects(),
+            remembered_machines: finder.remembered(),
+        };
+        (orphans, detection)
+    }
+}

@@ -1,0 +1,437 @@
+//! Remnants: CloudStack VMs that CAPI lost, found from what the shim already has (the watched
+//! CloudStackMachines and each scope's listing — no extra CloudStack call), reported and never
+//! deleted. [`OrphanFinder`] is pure; the controller feeds it once per cycle
+//! (`controller::orphans`), and [`cmd`] is `capc-health-shim orphans`.
+//!
+//! What it rests on, from CAPC v0.6.1 (`sigs.k8s.io/cluster-api-provider-cloudstack@v0.6.1`):
+//! - A VM is named after its CloudStackMachine and displayed as its Machine
+//!   (`pkg/cloud/instance.go` `DeployVM`: `SetName(csMachine.Name)`,
+//!   `SetDisplayname(capiMachine.Name)`).
+//! - The CloudStackMachine gets its finalizer only once `GetOrCreateVMInstance` returned without
+//!   error (`controllers/cloudstackmachine_controller.go`), and cloudstack-go's
+//!   `DeployVirtualMachine` waits for the async job. A CloudStackMachine deleted while its
+//!   deploy job runs is therefore gone at once, without `instanceID`, and the VM it asked for
+//!   runs on (capc#190): a VM named like a CloudStackMachine that no longer exists.
+//! - On delete CAPC destroys the VM (by `instanceID`, or found by name when none was recorded:
+//!   `ReconcileDelete`) and removes the finalizer only when the VM is Expunging/Expunged or not
+//!   found (`DestroyVMInstance`). So a VM of a CloudStackMachine deleted the normal way is
+//!   never left Running; one that is was let go by hand (a finalizer removed).
+//! - A deploy call that returned an error makes CAPC look for a half-created VM of that name
+//!   and record its id ("incomplete vm deployment", `DeployVM`): a second VM of the same name
+//!   is no one's.
+//!
+//! What keeps it honest (each a test below): a CloudStackMachine still being created (no
+//! `instanceID`: CAPC will adopt the VM by name) or being deleted owns its VM; a Destroyed or
+//! Expunging VM is no remnant; a scope not listed completely this cycle changes nothing; a
+//! CloudStackMachine that clusterctl moved (`delete-for-move`, or its Cluster paused, or its
+//! Cluster gone without ever being seen deleting) left nothing behind; and nothing is reported
+//! before `grace` has passed since the VM was first seen owned by nothing.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use jiff::{SignedDuration, Timestamp};
+
+use crate::cloudstack::model::VmState;
+use crate::scope::ListedVm;
+use crate::status::{OrphanKind, OrphanReport};
+
+pub mod cmd;
+
+/// How long a CloudStackMachine is remembered after it disappeared (a deploy job outlives it
+/// by minutes at most), unless a VM it left behind is still suspect.
+pub const MEMORY: SignedDuration = SignedDuration::from_hours(1);
+
+/// One CloudStackMachine as the watch shows it this cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineSighting {
+    pub namespace: String,
+    pub name: String,
+    /// Its `cluster.x-k8s.io/cluster-name` label.
+    pub cluster: Option<String>,
+    /// The scope its failure domain is polled through, when that is known.
+    pub scope: Option<String>,
+    pub instance_id: Option<String>,
+    pub deleting: bool,
+    /// Marked `delete-for-move` by clusterctl.
+    pub moving: bool,
+}
+
+/// One Cluster as the watch shows it this cycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSighting {
+    pub namespace: String,
+    pub name: String,
+    pub paused: bool,
+    pub deleting: bool,
+}
+
+/// A scope this cycle: its VMs when it was listed completely now, `None` when it was not
+/// (failed, incomplete, backing off) — then what is known of it stays as it was.
+#[derive(Debug, Clone, Copy)]
+pub struct ScopeListing<'a> {
+    pub scope: &'a str,
+    pub vms: Option<&'a [ListedVm]>,
+}
+
+#[derive(Debug, Clone)]
+struct Owner {
+    last: MachineSighting,
+    gone_since: Option<Timestamp>,
+}
+
+#[derive(Debug, Clone)]
+struct ClusterMemory {
+    paused: bool,
+    deleting_seen: bool,
+    gone_since: Option<Timestamp>,
+}
+
+/// What a listed VM is to the CloudStackMachines the shim knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Ownership {
+    /// A CloudStackMachine that exists owns it, or will (being created) or is destroying it.
+    Owned,
+    /// No CloudStackMachine the shim knows of has anything to do with it (or it was moved).
+    NotOurs,
+    /// Owned by nothing: which CloudStackMachine it belonged to, and how.
+    Unowned {
+        owner: (String, String),
+        kind: OrphanKind,
+        why: String,
+    },
+}
+
+/// Remembers the CloudStackMachines it has seen and finds the VMs they left behind.
+#[derive(Debug, Clone)]
+pub struct OrphanFinder {
+    grace: SignedDuration,
+    owners: HashMap<(String, String), Owner>,
+    clusters: HashMap<(String, String), ClusterMemory>,
+    /// VM id → what is known of it as an orphan; reported once `grace` has passed.
+    suspects: BTreeMap<String, OrphanReport>,
+}
+
+impl OrphanFinder {
+    pub fn new(grace: SignedDuration) -> Self {
+        Self {
+            grace,
+            owners: HashMap::new(),
+            clusters: HashMap::new(),
+            suspects: BTreeMap::new(),
+        }
+    }
+
+    pub fn grace(&self) -> SignedDuration {
+        self.grace
+    }
+
+    /// The CloudStackMachines remembered (present or gone).
+    pub fn remembered(&self) -> usize {
+        self.owners.len()
+    }
+
+    /// VMs owned by nothing that are not reported yet (within their grace).
+    pub fn suspects(&self) -> usize {
+        self.suspects
+            .values()
+            .filter(|s| s.reported_at.is_none())
+            .count()
+    }
+
+    /// The reported orphans, by VM id.
+    pub fn orphans(&self) -> impl Iterator<Item = &OrphanReport> {
+        self.suspects.values().filter(|s| s.reported_at.is_some())
+    }
+
+    /// Scopes that must go on being listed although no Machine may use them any more: those
+    /// of CloudStackMachines that disappeared, and of suspects.
+    pub fn scopes_watched(&self) -> BTreeSet<&str> {
+        self.owners
+            .values()
+            .filter(|o| o.gone_since.is_some())
+            .filter_map(|o| o.last.scope.as_deref())
+            .chain(self.suspects.values().map(|s| s.scope.as_str()))
+            .collect()
+    }
+
+    /// One cycle: takes what the watches show now and this cycle's listings; returns the
+    /// orphans reported for the first time (each gets its one Event).
+    pub fn observe(
+        &mut self,
+        machines: &[MachineSighting],
+        clusters: &[ClusterSighting],
+        listings: &[ScopeListing<'_>],
+        now: Timestamp,
+    ) -> Vec<OrphanReport> {
+        self.remember(machines, clusters, now);
+        let mut seen: HashMap<&str, (Ownership, &ListedVm, &str)> = HashMap::new();
+        {
+            let by_id = self.owners_by_id();
+            let by_name = self.owners_by_name();
+            for listing in listings {
+                for vm in listing.vms.into_iter().flatten() {
+                    if matches!(vm.state, VmState::Destroyed | VmState::Expunging) {
+                        continue;
+                    }
+                    let found = self.ownership(vm, listing.scope, &by_id, &by_name);
+                    // A VM listed in two scopes (overlapping project listings): owned wins.
+                    let keep = match seen.get(vm.id.as_str()) {
+                        None => true,
+                        Some((prior, ..)) => rank(&found) > rank(prior),
+                    };
+                    if keep {
+                        seen.insert(vm.id.as_str(), (found, vm, listing.scope));
+                    }
+                }
+            }
+        }
+        let listed_now: BTreeSet<&str> = listings
+            .iter()
+            .filter(|l| l.vms.is_some())
+            .map(|l| l.scope)
+            .collect();
+        let existing: BTreeSet<&str> = listings.iter().map(|l| l.scope).collect();
+        // A suspect of a scope listed completely now stays only if it is still owned by
+        // nothing; one of a scope not listed now stays as it was; one of a scope that no longer
+        // exists is dropped.
+        self.suspects.retain(|id, s| {
+            if !existing.contains(s.scope.as_str()) {
+                return false;
+            }
+            !listed_now.contains(s.scope.as_str())
+                || matches!(seen.get(id.as_str()), Some((Ownership::Unowned { .. }, ..)))
+        });
+        let mut newly = Vec::new();
+        for (id, (ownership, vm, scope)) in seen {
+            let Ownership::Unowned { owner, kind, why } = ownership else {
+                continue;
+            };
+            let cluster = self.owners.get(&owner).and_then(|o| {
+                o.last
+                    .cluster
+                    .as_ref()
+                    .map(|c| format!("{}/{c}", o.last.namespace))
+            });
+            let s = self
+                .suspects
+                .entry(id.to_string())
+                .or_insert_with(|| OrphanReport {
+                    vm_id: id.to_string(),
+                    vm_name: vm.name.clone(),
+                    vm_state: String::new(),
+                    scope: scope.to_string(),
+                    cluster: None,
+                    cloudstack_machine: format!("{}/{}", owner.0, owner.1),
+                    kind,
+                    since: now,
+                    reported_at: None,
+                    why: String::new(),
+                });
+            s.vm_state = vm.state.as_str().to_string();
+            s.cluster = cluster;
+            s.kind = kind;
+            s.why = why;
+            if s.reported_at.is_none() && now.duration_since(s.since) >= self.grace {
+                s.reported_at = Some(now);
+                newly.push(s.clone());
+            }
+        }
+        self.forget(now);
+        newly.sort_by(|a, b| a.vm_id.cmp(&b.vm_id));
+        newly
+    }
+
+    fn remember(
+        &mut self,
+        machines: &[MachineSighting],
+        clusters: &[ClusterSighting],
+        now: Timestamp,
+    ) {
+        let present: BTreeSet<(&str, &str)> = machines
+            .iter()
+            .map(|m| (m.namespace.as_str(), m.name.as_str()))
+            .collect();
+        for o in self.owners.values_mut() {
+            let key = (o.last.namespace.as_str(), o.last.name.as_str());
+            if !present.contains(&key) && o.gone_since.is_none() {
+                o.gone_since = Some(now);
+            }
+        }
+        for m in machines {
+            let owner = self
+                .owners
+                .entry((m.namespace.clone(), m.name.clone()))
+                .or_insert_with(|| Owner {
+                    last: m.clone(),
+                    gone_since: None,
+                });
+            // A known scope is not forgotten because the failure domain went away first.
+            let scope = m.scope.clone().or_else(|| owner.last.scope.take());
+            owner.last = MachineSighting { scope, ..m.clone() };
+            owner.gone_since = None;
+        }
+        let present: BTreeSet<(&str, &str)> = clusters
+            .iter()
+            .map(|c| (c.namespace.as_str(), c.name.as_str()))
+            .collect();
+        for (key, c) in self.clusters.iter_mut() {
+            if !present.contains(&(key.0.as_str(), key.1.as_str())) && c.gone_since.is_none() {
+                c.gone_since = Some(now);
+            }
+        }
+        for c in clusters {
+            let memory = self
+                .clusters
+                .entry((c.namespace.clone(), c.name.clone()))
+                .or_insert(ClusterMemory {
+                    paused: false,
+                    deleting_seen: false,
+                    gone_since: None,
+                });
+            memory.paused = c.paused;
+            memory.deleting_seen |= c.deleting;
+            memory.gone_since = None;
+        }
+    }
+
+    /// Drops CloudStackMachines (and Clusters) gone longer than [`MEMORY`] whose VMs are not
+    /// suspect.
+    fn forget(&mut self, now: Timestamp) {
+        let suspected: BTreeSet<&str> = self
+            .suspects
+            .values()
+            .map(|s| s.cloudstack_machine.as_str())
+            .collect();
+        self.owners.retain(|(ns, name), o| {
+            o.gone_since.is_none_or(|t| now.duration_since(t) < MEMORY)
+                || suspected.contains(format!("{ns}/{name}").as_str())
+        });
+        let clusters_in_use: BTreeSet<(&str, &str)> = self
+            .owners
+            .values()
+            .filter_map(|o| Some((o.last.namespace.as_str(), o.last.cluster.as_deref()?)))
+            .collect();
+        self.clusters.retain(|(ns, name), c| {
+            c.gone_since.is_none_or(|t| now.duration_since(t) < MEMORY)
+                || clusters_in_use.contains(&(ns.as_str(), name.as_str()))
+        });
+    }
+
+    fn owners_by_id(&self) -> HashMap<&str, &Owner> {
+        self.owners
+            .values()
+            .filter_map(|o| Some((o.last.instance_id.as_deref()?, o)))
+            .collect()
+    }
+
+    fn owners_by_name(&self) -> HashMap<(&str, &str), Vec<&Owner>> {
+        let mut by_name: HashMap<(&str, &str), Vec<&Owner>> = HashMap::new();
+        for o in self.owners.values() {
+            if let Some(scope) = o.last.scope.as_deref() {
+                by_name
+                    .entry((scope, o.last.name.as_str()))
+                    .or_default()
+                    .push(o);
+            }
+        }
+        by_name
+    }
+
+    /// Whether a gone CloudStackMachine's deletion was a clusterctl move: it carried
+    /// `delete-for-move`, or its Cluster is (or was, when last seen) paused — clusterctl pauses
+    /// it before moving — or its Cluster vanished without the shim ever seeing it deleting
+    /// (a move deletes every source object at once; a real deletion takes the Cluster through
+    /// its deletionTimestamp while the Machines go).
+    fn moved(&self, o: &Owner) -> bool {
+        if o.last.moving {
+            return true;
+        }
+        let Some(cluster) = o.last.cluster.as_ref() else {
+            return false;
+        };
+        match self
+            .clusters
+            .get(&(o.last.namespace.clone(), cluster.clone()))
+        {
+            Some(c) => c.paused || (c.gone_since.is_some() && !c.deleting_seen),
+            None => false,
+        }
+    }
+
+    fn ownership(
+        &self,
+        vm: &ListedVm,
+        scope: &str,
+        by_id: &HashMap<&str, &Owner>,
+        by_name: &HashMap<(&str, &str), Vec<&Owner>>,
+    ) -> Ownership {
+        let key = |o: &Owner| (o.last.namespace.clone(), o.last.name.clone());
+        let shown = |o: &Owner| format!("{}/{}", o.last.namespace, o.last.name);
+        if let Some(o) = by_id.get(vm.id.as_str()) {
+            return match o.gone_since {
+                None => Ownership::Owned,
+                Some(_) if self.moved(o) => Ownership::NotOurs,
+                Some(gone) => Ownership::Unowned {
+                    owner: key(o),
+                    kind: OrphanKind::InstanceOfDeleted,
+                    why: format!(
+                        "it was the instance of CloudStackMachine {}, which has been gone since \
+                         {gone} without CAPC destroying it (a finalizer removed by hand?)",
+                        shown(o)
+                    ),
+                },
+            };
+        }
+        let Some(named) = by_name.get(&(scope, vm.name.as_str())) else {
+            return Ownership::NotOurs;
+        };
+        let present: Vec<&&Owner> = named.iter().filter(|o| o.gone_since.is_none()).collect();
+        // Being created (CAPC adopts the VM by name) or being deleted (CAPC destroys it by name).
+        if present
+            .iter()
+            .any(|o| o.last.instance_id.is_none() || o.last.deleting)
+        {
+            return Ownership::Owned;
+        }
+        if let Some(o) = present.first() {
+            return Ownership::Unowned {
+                owner: key(o),
+                kind: OrphanKind::NameTaken,
+                why: format!(
+                    "it has the name of CloudStackMachine {}, which records another instance ({})",
+                    shown(o),
+                    o.last.instance_id.as_deref().unwrap_or_default()
+                ),
+            };
+        }
+        match named.iter().find(|o| !self.moved(o)) {
+            Some(o) => Ownership::Unowned {
+                owner: key(o),
+                kind: OrphanKind::NameOfDeleted,
+                why: format!(
+                    "it has the name of CloudStackMachine {}, which was deleted{} — CAPC's deploy \
+                     job outlived it (capc#190)",
+                    shown(o),
+                    if o.last.instance_id.is_none() {
+                        " before it recorded an instance"
+                    } else {
+                        ""
+                    }
+                ),
+            },
+            None => Ownership::NotOurs,
+        }
+    }
+}
+
+/// Which of two findings about one VM (listed in two scopes) stands: owned, then unowned.
+fn rank(o: &Ownership) -> u8 {
+    match o {
+        Ownership::Owned => 2,
+        Ownership::Unowned { .. } => 1,
+        Ownership::NotOurs => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests;
