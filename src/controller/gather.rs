@@ -6,6 +6,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 
@@ -15,6 +16,7 @@ use super::targets::{self, EndpointRef, Objects, Target};
 use crate::cli::to_std;
 use crate::cloudstack::client::{ClientConfig, CloudStackClient};
 use crate::cloudstack::ratelimit::RateLimit;
+use crate::k8s::watched::CloudStackMachineRecord;
 use crate::scope::{ListedVm, ScopeObserver};
 use crate::status::ScopeReport;
 use crate::verdict::{ConditionState, VmHistory};
@@ -49,6 +51,8 @@ pub(super) struct Gathered {
     pub scope_of: HashMap<EndpointRef, String>,
     /// Endpoints whose credentials cannot be had, with why (no Secret values in it).
     pub credential_errors: HashMap<EndpointRef, String>,
+    /// Every watched CloudStackMachine with its failure domain's endpoint (orphan report on).
+    pub cloudstack_machines: Vec<(Arc<CloudStackMachineRecord>, Option<EndpointRef>)>,
 }
 
 impl Gathered {
@@ -104,7 +108,8 @@ impl Controller {
             }
         }
         // The orphan report lists scopes where Machines are being created, or were.
-        for endpoint in self.orphan_endpoints() {
+        let cloudstack_machines = self.orphan_candidates();
+        for endpoint in self.orphan_endpoints(&cloudstack_machines) {
             by_endpoint.entry(endpoint).or_default();
         }
         for scope in self.scopes.values_mut() {
@@ -133,6 +138,7 @@ impl Controller {
             targets,
             scope_of,
             credential_errors,
+            cloudstack_machines,
         }
     }
 

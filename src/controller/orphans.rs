@@ -3,6 +3,7 @@
 //! Event on the Cluster per orphan when it is first reported (behind the leader Lease).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -12,6 +13,7 @@ use super::cycle::Controller;
 use super::gather::Gathered;
 use super::targets::{failure_domain, EndpointRef};
 use crate::cli::to_std;
+use crate::k8s::watched::CloudStackMachineRecord;
 use crate::orphans::{ClusterSighting, MachineSighting, ScopeListing};
 use crate::status::{OrphanDetectionReport, OrphanReport};
 
@@ -23,30 +25,42 @@ impl Controller {
         self.args.namespaces.is_empty() || self.args.namespaces.iter().any(|n| n == namespace)
     }
 
+    /// Each watched CloudStackMachine with the endpoint its failure domain names, when the
+    /// orphan report is on (gather keeps them for [`Controller::find_orphans`]).
+    pub(super) fn orphan_candidates(
+        &self,
+    ) -> Vec<(Arc<CloudStackMachineRecord>, Option<EndpointRef>)> {
+        if self.orphans.is_none() {
+            return Vec::new();
+        }
+        let fds = self.stores.failure_domains.state();
+        self.stores
+            .cloudstack_machines
+            .state()
+            .into_iter()
+            .filter(|c| self.in_namespaces(&c.namespace))
+            .map(|c| {
+                let endpoint = c.failure_domain_name.as_deref().and_then(|fd| {
+                    let cluster = c.cluster_name.as_deref().unwrap_or_default();
+                    failure_domain(&fds, &c.namespace, cluster, fd).ok()
+                });
+                (c, endpoint)
+            })
+            .collect()
+    }
+
     /// Endpoints gather must poll for the orphan report although no Machine with a VM may use
     /// them: every CloudStackMachine's (one being created has no VM yet, but once gone, a VM
     /// named after it is looked for there), and the scopes of gone ones and of suspects.
-    pub(super) fn orphan_endpoints(&self) -> BTreeSet<EndpointRef> {
+    pub(super) fn orphan_endpoints(
+        &self,
+        candidates: &[(Arc<CloudStackMachineRecord>, Option<EndpointRef>)],
+    ) -> BTreeSet<EndpointRef> {
         let Some(finder) = &self.orphans else {
             return BTreeSet::new();
         };
-        let fds = self.stores.failure_domains.state();
-        let mut out: BTreeSet<EndpointRef> = self
-            .stores
-            .cloudstack_machines
-            .state()
-            .iter()
-            .filter(|c| self.in_namespaces(&c.namespace))
-            .filter_map(|c| {
-                failure_domain(
-                    &fds,
-                    &c.namespace,
-                    c.cluster_name.as_deref().unwrap_or_default(),
-                    c.failure_domain_name.as_deref()?,
-                )
-                .ok()
-            })
-            .collect();
+        let mut out: BTreeSet<EndpointRef> =
+            candidates.iter().filter_map(|(_, e)| e.clone()).collect();
         for key in finder.scopes_watched() {
             if let Some(scope) = self.scopes.get(key) {
                 out.insert(scope.endpoint.clone());
@@ -61,30 +75,14 @@ impl Controller {
         if self.orphans.is_none() {
             return Vec::new();
         }
-        let fds = self.stores.failure_domains.state();
-        let machines: Vec<MachineSighting> = self
-            .stores
+        let machines: Vec<MachineSighting> = g
             .cloudstack_machines
-            .state()
             .iter()
-            .filter(|c| self.in_namespaces(&c.namespace))
-            .map(|c| MachineSighting {
+            .map(|(c, endpoint)| MachineSighting {
                 namespace: c.namespace.clone(),
                 name: c.name.clone(),
                 cluster: c.cluster_name.clone(),
-                scope: c
-                    .failure_domain_name
-                    .as_deref()
-                    .and_then(|fd| {
-                        failure_domain(
-                            &fds,
-                            &c.namespace,
-                            c.cluster_name.as_deref().unwrap_or_default(),
-                            fd,
-                        )
-                        .ok()
-                    })
-                    .and_then(|e| g.scope_of.get(&e).cloned()),
+                scope: endpoint.as_ref().and_then(|e| g.scope_of.get(e).cloned()),
                 instance_id: c.instance_id.clone(),
                 deleting: c.deleting,
                 moving: c.moving,
