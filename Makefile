@@ -31,14 +31,14 @@ demo-sim: build
 	./target/debug/capc-health-shim demo
 
 ## make test: every test — Rust unit/integration/property tests, the `cs` (PyPI) conformance test, and
-## the end-to-end scenarios 1, 3 and 7 with their baselines (real CAPI + CAPC, see tests/e2e/README.md).
+## the end-to-end scenarios 1, 3 and 7 with their baselines and 8 (deletion races) (real CAPI + CAPC, see tests/e2e/README.md).
 test: test-rust test-conformance test-e2e
 
 ## The e2e harness is a Go module of its own (tests/e2e); Go fetches its modules from the proxy.
 E2E_GO := cd tests/e2e && GOFLAGS=-mod=mod GOWORK=off $(GO)
 E2E_GO_113 := cd tests/e2e && CAPC_E2E_CAPI=1.13 GOFLAGS=-mod=mod GOWORK=off $(GO)
 E2E_GO_114 := cd tests/e2e && CAPC_E2E_CAPI=1.14 GOFLAGS=-mod=mod GOWORK=off $(GO)
-E2E_CI_SCENARIOS ?= TestManagement|TestScenario1WorkerNICDown|TestScenario3FirstControlPlaneNICDown|TestScenario7APIOutageAnd429
+E2E_CI_SCENARIOS ?= TestManagement|TestScenario1WorkerNICDown|TestScenario3FirstControlPlaneNICDown|TestScenario7APIOutageAnd429|TestScenario8DeletionRaces
 
 ## compile the e2e packages and test binaries once (cached by Go), so test time is test time;
 ## and process B of the CAPI v1.13 stack, CAPI core in a Go module of its own (tests/e2e/capi-core)
@@ -52,8 +52,8 @@ e2e-build:
 e2e-build-114:
 	cd tests/e2e/capi-core && GOFLAGS=-mod=mod GOWORK=off $(GO) build -modfile=go.capi114.mod -tags capi114 -o $(CURDIR)/target/e2e/bin/capi-core-v1.14 .
 
-## the CAPI v1.13 stack (CAPI core in its own process, condition mode): scenario 1 in make test
-E2E_CI_SCENARIOS_113 ?= TestManagement|TestScenario1WorkerNICDown
+## the CAPI v1.13 stack (CAPI core in its own process, condition mode): scenarios 1 and 8 in make test
+E2E_CI_SCENARIOS_113 ?= TestManagement|TestScenario1WorkerNICDown|TestScenario8DeletionRaces
 
 test-e2e: build apiserver-runner e2e-build
 	$(E2E_GO) test -count=1 -timeout 60m ./harness/ ./simapi/
@@ -74,7 +74,7 @@ e2e: build apiserver-runner e2e-build e2e-build-114
 KUBE_TESTS := -- --include-ignored --skip measure_
 test-rust: apiserver-runner
 	hack/with-apiserver.sh capi-1.9 $(CARGO) test --workspace $(KUBE_TESTS)
-	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_probe --test controller_rbac --test controller_rows --test controller_faults --test fault_matrix --test run_binary --test deploy_manifests $(KUBE_TESTS)
+	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_probe --test controller_orphans --test controller_rbac --test controller_rows --test controller_faults --test fault_matrix --test run_binary --test deploy_manifests $(KUBE_TESTS)
 	hack/with-apiserver.sh capi-1.13-v1beta2-only $(CARGO) test --test controller_v1beta2_only --test controller_kube --test controller_rbac --test run_binary $(KUBE_TESTS)
 
 test-conformance: build

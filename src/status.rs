@@ -45,8 +45,8 @@ pub enum OrphanKind {
     /// It was a CloudStackMachine's `instanceID`; that CloudStackMachine is gone and the VM
     /// was never destroyed (a finalizer removed by hand).
     InstanceOfDeleted,
-    /// It has the name of a CloudStackMachine that is gone (deleted while CAPC's deploy job
-    /// was in flight, capc#190).
+    /// It has the name of a CloudStackMachine that is gone (deleted between CloudStack creating
+    /// the VM and CAPC recording it, capc#190).
     NameOfDeleted,
     /// It has the name of a CloudStackMachine that records another VM (a second deploy).
     NameTaken,

@@ -85,7 +85,7 @@ async fn vms_left_by_gone_cloudstack_machines_are_reported_and_clear_when_destro
     assert_eq!(r.orphan_detection.remembered_machines, 3);
 
     // A finalizer removed by hand: the CloudStackMachine goes, its VM runs on. And a
-    // CloudStackMachine deleted before it recorded its instance (the deploy outlived it).
+    // CloudStackMachine deleted before CAPC recorded the VM it deployed.
     let csm = f.resources.cloudstack_machine.clone();
     for name in ["m-let-go", "m-late"] {
         delete(&f, &csm, &format!("{name}-csm")).await;

@@ -183,7 +183,7 @@ fn report() -> StatusReport {
             since: ts("2026-11-30T10:00:00Z"),
             reported_at: Some(ts("2026-11-30T10:15:00Z")),
             why: "it has the name of CloudStackMachine prod/prod-md-0-gone7, which was deleted \
-                  before it recorded an instance"
+                  before CAPC recorded the VM it deployed for it (capc#190)"
                 .into(),
         }],
         orphan_detection: OrphanDetectionReport {

@@ -7,11 +7,15 @@
 //! - A VM is named after its CloudStackMachine and displayed as its Machine
 //!   (`pkg/cloud/instance.go` `DeployVM`: `SetName(csMachine.Name)`,
 //!   `SetDisplayname(capiMachine.Name)`).
-//! - The CloudStackMachine gets its finalizer only once `GetOrCreateVMInstance` returned without
-//!   error (`controllers/cloudstackmachine_controller.go`), and cloudstack-go's
-//!   `DeployVirtualMachine` waits for the async job. A CloudStackMachine deleted while its
-//!   deploy job runs is therefore gone at once, without `instanceID`, and the VM it asked for
-//!   runs on (capc#190): a VM named like a CloudStackMachine that no longer exists.
+//! - `DeployVM` calls deployVirtualMachine through cloudstack-go's non-waiting client (`c.cs`,
+//!   `pkg/cloud/client.go`): the answer carries the VM id while the deploy job runs on. CAPC
+//!   puts it in `spec.instanceID` and adds its finalizer (`GetOrCreateVMInstance`,
+//!   `controllers/cloudstackmachine_controller.go`) in memory, and both reach the API server
+//!   only in the reconcile's deferred patch (`controllers/utils/base_reconciler.go`
+//!   `RunBaseReconciliationStages`). A CloudStackMachine deleted between CloudStack creating
+//!   the VM and that patch — a slow deploy answer, a patch refused — is gone at once (no
+//!   finalizer yet), and the VM runs on (capc#190): a VM named like a CloudStackMachine that no
+//!   longer exists.
 //! - On delete CAPC destroys the VM (by `instanceID`, or found by name when none was recorded:
 //!   `ReconcileDelete`) and removes the finalizer only when the VM is Expunging/Expunged or not
 //!   found (`DestroyVMInstance`). So a VM of a CloudStackMachine deleted the normal way is
@@ -37,8 +41,8 @@ use crate::status::{OrphanKind, OrphanReport};
 
 pub mod cmd;
 
-/// How long a CloudStackMachine is remembered after it disappeared (a deploy job outlives it
-/// by minutes at most), unless a VM it left behind is still suspect.
+/// How long a CloudStackMachine is remembered after it disappeared (a VM deployed for it
+/// shows up within minutes at most), unless a VM it left behind is still suspect.
 pub const MEMORY: SignedDuration = SignedDuration::from_hours(1);
 
 /// One CloudStackMachine as the watch shows it this cycle.
@@ -408,16 +412,18 @@ impl OrphanFinder {
             Some(o) => Ownership::Unowned {
                 owner: key(o),
                 kind: OrphanKind::NameOfDeleted,
-                why: format!(
-                    "it has the name of CloudStackMachine {}, which was deleted{} — CAPC's deploy \
-                     job outlived it (capc#190)",
-                    shown(o),
-                    if o.last.instance_id.is_none() {
-                        " before it recorded an instance"
-                    } else {
-                        ""
-                    }
-                ),
+                why: match o.last.instance_id.as_deref() {
+                    None => format!(
+                        "it has the name of CloudStackMachine {}, which was deleted before CAPC \
+                         recorded the VM it deployed for it (capc#190)",
+                        shown(o)
+                    ),
+                    Some(other) => format!(
+                        "it has the name of CloudStackMachine {}, which was deleted; it had \
+                         recorded another instance ({other})",
+                        shown(o)
+                    ),
+                },
             },
             None => Ownership::NotOurs,
         }

@@ -109,7 +109,7 @@ fn a_finalizer_removed_by_hand_leaves_an_instance_reported_after_the_grace() {
 }
 
 #[test]
-fn a_deploy_that_outlived_its_machine_is_found_by_name() {
+fn a_vm_deployed_for_a_machine_deleted_before_recording_it_is_found_by_name() {
     // w-2 is being created (no instance id) until minute 3; its VM shows up at minute 4.
     let cycles = minutes(
         25,
@@ -133,7 +133,7 @@ fn a_deploy_that_outlived_its_machine_is_found_by_name() {
     assert_eq!(reported.len(), 1);
     assert_eq!(reported[0].0, 19);
     assert_eq!(reported[0].1.kind, OrphanKind::NameOfDeleted);
-    assert!(reported[0].1.why.contains("before it recorded an instance"));
+    assert!(reported[0].1.why.contains("before CAPC recorded the VM"));
 }
 
 #[test]

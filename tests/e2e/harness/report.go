@@ -112,12 +112,13 @@ func Markdown(rows []Row) string {
 	fmt.Fprintf(&b, "CAPC v0.6.1 against a real kube-apiserver with CAPI core of one of two generations: CAPI v1.9.6 (what CAPC links) in the same process, the shim in annotate mode; or CAPI v1.13.5 core, KCP, CABPK and MHC in a process of their own (v1beta2 storage, their own conversion webhooks) next to CAPC in its process, the shim in condition mode with a v1beta2 MachineHealthCheck. cloudstack-sim as CloudStack; CAPI's in-memory API servers as workload clusters; the shim as its own process.\n\n")
 	fmt.Fprintf(&b, "Time scale %.2f: every default duration is multiplied by it (CloudStack stats 60 s → %.0f s, VM boot 30 s → 3 s, MHC nodeStartupTimeout 10 min → %.0f s (baseline) and 30 min → %.0f s (recommended, with the shim), the shim's poll interval, escalation delay and graces, and condition mode's unhealthyMachineConditions timeout 60 s → %.0f s). CAPI's and CAPC's own requeue timers run unscaled, except two through hooks: ClusterCache's connection retry (30 s → 2 s) and, on CAPI ≥ 1.13, the MachineHealthCheck's 15 s reconcile limit (feature gate ReconcilerRateLimiting=false; the CAPI column names the gates a stack ran with, a bare version = that release's defaults).\n\n",
 		TimeScale, 60*TimeScale, 600*TimeScale, 1800*TimeScale, 60*TimeScale)
-	fmt.Fprintf(&b, "| CAPI | scenario | mode | shim mode | MHC | converged | s to ready | s fault→recycle | recycled | false recycles | orphan VMs | leftover objects | faults | shim False verdicts | CloudStack errors |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "`orphan VMs` are the cluster's VMs left in the simulator without a CloudStackMachine (after teardown too); `orphans reported` the VMs the shim's orphan report named during the run (read from /status every 250 ms up to teardown), `false orphans` those of them the scenario did not orphan on purpose (goal: 0).\n\n")
+	fmt.Fprintf(&b, "| CAPI | scenario | mode | shim mode | MHC | converged | s to ready | s fault→recycle | recycled | false recycles | orphan VMs | orphans reported | false orphans | leftover objects | faults | shim False verdicts | CloudStack errors |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %v | %s | %s | %d | %d | %d | %d | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %v | %s | %s | %d | %d | %d | %d | %d | %d | %s | %s | %s |\n",
 			r.StackKey(), r.Scenario, r.Mode, shimModeCell(r), r.MHC, r.Converged, f1(r.SecondsToReady), f1(r.SecondsFaultToRecycle),
-			r.RecycledMachines, r.FalseRecycles, r.OrphanVMs, r.LeftoverObjects,
+			r.RecycledMachines, r.FalseRecycles, r.OrphanVMs, r.OrphansReported, r.FalseOrphans, r.LeftoverObjects,
 			strings.Join(r.Faults, "; "), strings.Join(r.ShimVerdicts, "; "), errorCounts(r.CloudStackResults))
 	}
 	fmt.Fprintf(&b, "\n## Fault → recycle, shim vs baseline on the same stack (goal: ratio ≤ 0.5)\n\n| CAPI | shim mode | scenario | run | shim s | baseline s | ratio |\n|---|---|---|---|---|---|---|\n")
@@ -128,6 +129,7 @@ func Markdown(rows []Row) string {
 	}
 	fmt.Fprintf(&b, "\nThe goal applies to the network and VM-state faults the shim sees (1, 2, 3, 6). 3b: CAPC itself deletes a Machine whose VM it sees in Error while it is still reconciling it, in both modes. 4: a VM whose services failed sends only NTP/ARP (~4 B/s), under CloudStack's whole-KiB resolution over the shim's window: the shim may read it as silent (GuestNetworkSilent) and it is recycled early; otherwise the recommended MHC's 30-minute backstop (scaled) recycles it. Slow-but-healthy VMs (5) send far more and are never recycled.\n")
 	b.WriteString(ProbeSection(rows))
+	b.WriteString(OrphanSection(rows))
 	b.WriteString(Matrix(rows))
 	scannedRuns, leaks := 0, 0
 	for _, r := range rows {
@@ -188,7 +190,7 @@ func Matrix(rows []Row) string {
 	sort.Strings(capis)
 	sort.Strings(scenarios)
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## Matrix: CAPI × shim mode × scenario (shim runs)\n\nEach cell: converged, fault→recycle shim/baseline ratio on the same stack (— when nothing faulty was recycled), false recycles / orphan VMs / leftover objects.\n\n| scenario |")
+	fmt.Fprintf(&b, "\n## Matrix: CAPI × shim mode × scenario (shim runs)\n\nEach cell: converged, fault→recycle shim/baseline ratio on the same stack (— when nothing faulty was recycled), false recycles / orphan VMs / leftover objects / false orphans.\n\n| scenario |")
 	for _, c := range capis {
 		mode := ""
 		for _, s := range scenarios {
@@ -216,7 +218,7 @@ func Matrix(rows []Row) string {
 			if !r.Converged {
 				conv = "NOT converged"
 			}
-			fmt.Fprintf(&b, " %s, %s, %d/%d/%d |", conv, ratio, r.FalseRecycles, r.OrphanVMs, r.LeftoverObjects)
+			fmt.Fprintf(&b, " %s, %s, %d/%d/%d/%d |", conv, ratio, r.FalseRecycles, r.OrphanVMs, r.LeftoverObjects, r.FalseOrphans)
 		}
 		b.WriteString("\n")
 	}
@@ -284,6 +286,42 @@ func ProbeSection(rows []Row) string {
 		fmt.Fprintf(&b, "| %s | %s | %v | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.StackKey(), r.Scenario, r.Converged, f1(r.SecondsFaultToRecycle), ratio, shimS, shimRatio,
 			jobs, replies, noReplies, noEvidence, strings.ReplaceAll(refused, "|", "/"), strings.ReplaceAll(strings.Join(evidence, "; "), "|", "/"))
+	}
+	return b.String()
+}
+
+// OrphanSection is the orphan report's table: per VM a row orphaned on purpose (scenario 8) or
+// the shim listed without being so, what the shim said and when. Empty when there is none.
+func OrphanSection(rows []Row) string {
+	var b strings.Builder
+	for _, r := range rows {
+		for _, o := range r.OrphanReports {
+			if b.Len() == 0 {
+				fmt.Fprintf(&b, "\n## Orphan reports (VMs CAPI lost; the shim reports, never deletes)\n\n")
+				fmt.Fprintf(&b, "s to report: the shim's `reported_at` − when the harness saw the CloudStackMachine gone; seen: the harness's own clock to the first /status read listing it as reported; bound: grace + two poll intervals with 10 %% jitter. A race of — is a VM the scenario did not orphan (a false orphan).\n\n")
+				fmt.Fprintf(&b, "| CAPI | scenario | race | VM | expected kind | reported kind | s to report | s seen | bound s | reported_at − since s | Event | cmk command | s destroyed → cleared |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+			}
+			race, kind := o.Race, o.Kind
+			if race == "" {
+				race = "—"
+			}
+			if !o.Reported {
+				kind = "not reported"
+				if o.Kind != "" {
+					kind = "suspected " + o.Kind
+				}
+			}
+			event, cmd := "no", "no"
+			if o.Event != "" {
+				event = "yes"
+			}
+			if o.Command != "" {
+				cmd = "yes"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+				r.StackKey(), r.Scenario, race, o.VMID, o.VMName, o.ExpectedKind, kind, f1(o.SecondsToReport), f1(o.SecondsToReportSeen),
+				f1(r.OrphanBoundSeconds), f1(o.SecondsGraceApplied), event, cmd, f1(o.SecondsToClear))
+		}
 	}
 	return b.String()
 }

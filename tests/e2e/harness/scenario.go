@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,6 +70,12 @@ type Scenario struct {
 	TargetVersion string
 	// NoMHCDeadline bounds the run without any MHC, which must never converge.
 	NoMHCDeadline time.Duration
+	// HoldReady keeps the run from counting as converged until During calls
+	// RunContext.ReleaseReady (or returns): the cluster must converge after what During does.
+	HoldReady bool
+	// DuringWait is how long the run waits for During once the cluster converged (or missed its
+	// deadline) before scoring; 0 = 30 s.
+	DuringWait time.Duration
 }
 
 // RunContext is one scenario run in progress.
@@ -81,6 +88,31 @@ type RunContext struct {
 	TL        *Timeline
 	Rec       *Recorder
 	Shim      *Shim // nil in baseline runs
+	// Orphans reads the shim's orphan report through the run (nil without the shim); a
+	// scenario registers the VMs it orphans on purpose with Orphans.Expect.
+	Orphans *OrphanWatch
+
+	hold     chan struct{} // closed by ReleaseReady; nil unless the scenario holds readiness
+	holdOnce sync.Once
+}
+
+// ReleaseReady lets the run count as converged (Scenario.HoldReady); safe to call twice.
+func (rc *RunContext) ReleaseReady() {
+	if rc.hold != nil {
+		rc.holdOnce.Do(func() { close(rc.hold) })
+	}
+}
+
+func (rc *RunContext) readyHeld() bool {
+	if rc.hold == nil {
+		return false
+	}
+	select {
+	case <-rc.hold:
+		return false
+	default:
+		return true
+	}
 }
 
 // Row is one line of target/e2e/report.json.
@@ -103,9 +135,28 @@ type Row struct {
 	RecycledMachines      int      `json:"recycled_machines"` // deleted by their owner after an MHC found them unhealthy
 	FalseRecycles         int      `json:"false_recycles"`
 	OrphanVMs             int      `json:"orphan_vms"`
-	LeftoverObjects       int      `json:"leftover_objects"`
-	Faults                []string `json:"faults"`
-	ShimVerdicts          []string `json:"shim_verdicts,omitempty"`
+	// OrphansReported is how many distinct VM ids the shim's /status "orphans" reported
+	// (reported_at set) during the run, read every 250 ms up to teardown (0 without the shim);
+	// FalseOrphans those of them the scenario did not orphan on purpose (goal: 0), and
+	// OrphansOpenAtEnd the VMs it still listed at the last read before teardown.
+	OrphansReported  int `json:"orphans_reported"`
+	FalseOrphans     int `json:"false_orphans"`
+	OrphansOpenAtEnd int `json:"orphans_open_at_end"`
+	// OrphanSuspectsMax is the most VMs the shim held at once as owned by nothing but still
+	// within the grace (its /status orphan_detection.suspects; omitted when not shown): what a
+	// run shorter than the grace would report later.
+	OrphanSuspectsMax *int `json:"orphan_suspects_max,omitempty"`
+	// OrphanGraceSeconds is the shim's --orphan-grace; OrphanBoundSeconds, in runs that orphan
+	// VMs on purpose, how late after its CloudStackMachine was gone each may be reported
+	// (grace + two poll intervals with their 10 % jitter).
+	OrphanGraceSeconds float64  `json:"orphan_grace_seconds,omitempty"`
+	OrphanBoundSeconds *float64 `json:"orphan_bound_seconds,omitempty"`
+	// OrphanReports: per VM orphaned on purpose, or listed by the shim without being so, what
+	// the shim said and when.
+	OrphanReports   []OrphanRecord `json:"orphan_reports,omitempty"`
+	LeftoverObjects int            `json:"leftover_objects"`
+	Faults          []string       `json:"faults"`
+	ShimVerdicts    []string       `json:"shim_verdicts,omitempty"`
 	// ShimFalseMessages is, per Machine the shim judged False, the condition's message (its
 	// evidence) when it first said False.
 	ShimFalseMessages []string `json:"shim_false_messages,omitempty"`
@@ -210,6 +261,9 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	}
 	h.Player.Plan(ns, rules, tl)
 	rc := &RunContext{H: h, Namespace: ns, Cluster: cluster, Mode: mode, MHC: mhc, TL: tl, Rec: rec}
+	if sc.HoldReady {
+		rc.hold = make(chan struct{})
+	}
 
 	userObjs := ClusterObjects(ClusterSpec{Namespace: ns, Name: cluster, ControlPlanes: sc.ControlPlanes, Workers: sc.Workers, Host: host, Port: port, APIURL: h.Sim.APIURL()})
 	userObjs = append(userObjs, ShimCredentials(ns, h.Sim.APIURL()))
@@ -239,6 +293,8 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 			}
 		}()
 		rc.Shim = shim
+		rc.Orphans = WatchOrphans(runCtx, shim, tl, 250*time.Millisecond)
+		row.OrphanGraceSeconds = cfg.OrphanGrace().Seconds()
 		api, err := shim.API(ctx)
 		if err != nil {
 			return row, err
@@ -263,8 +319,13 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	start := time.Now()
 	duringErr := make(chan error, 1)
 	if sc.During != nil {
-		go func() { duringErr <- sc.During(runCtx, rc) }()
+		go func() {
+			err := sc.During(runCtx, rc)
+			rc.ReleaseReady()
+			duringErr <- err
+		}()
 	} else {
+		rc.ReleaseReady()
 		duringErr <- nil
 	}
 
@@ -274,7 +335,10 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	_ = WaitFor(ctx, deadline, time.Second, "cluster ready", func() (bool, error) {
 		ok, why := ClusterReady(ctx, c, ns, cluster, sc.ControlPlanes, sc.Workers, sc.TargetVersion)
 		last = why
-		if ok && pendingRules(rules) == 0 {
+		if ok && rc.readyHeld() {
+			last = "ready, but the scenario holds readiness until what it does is done"
+		}
+		if ok && pendingRules(rules) == 0 && !rc.readyHeld() {
 			readyAt = time.Since(start)
 			return true, nil
 		}
@@ -287,7 +351,11 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	} else {
 		tl.Add(fmt.Sprintf("cluster %s NOT ready after the %.0fs deadline (last: %s)", cluster, deadline.Seconds(), last))
 	}
-	stopDuring := time.After(30 * time.Second)
+	duringWait := 30 * time.Second
+	if sc.DuringWait > 0 {
+		duringWait = sc.DuringWait
+	}
+	stopDuring := time.After(duringWait)
 	select {
 	case err := <-duringErr:
 		if err != nil {
@@ -330,6 +398,11 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	row.SecondsFaultToRecycle = score.FirstFaultToRecycle
 	row.Notes = append(row.Notes, score.Notes...)
 	scanned := map[string]string{}
+	if rc.Orphans != nil {
+		rc.Orphans.Stop(ctx)
+		scoreOrphanWatch(&row, rc.Orphans, shim.Config)
+		tl.Add(fmt.Sprintf("orphan report: %d VM(s) reported, %d of them not orphaned on purpose, %d listed at the end", row.OrphansReported, row.FalseOrphans, row.OrphansOpenAtEnd))
+	}
 	if shim != nil {
 		scanned = shimSurfaces(ctx, c, shim, ns, filepath.Join(h.OutDir, "logs"))
 		if err := shim.Stop(); err != nil {
@@ -350,7 +423,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	if err := os.MkdirAll(filepath.Dir(row.Timeline), 0o755); err == nil {
 		_ = os.WriteFile(row.Timeline, []byte(strings.Join(tl.Entries(), "\n")+"\n"), 0o644)
 	}
-	readFiles(scanned, row.Timeline, filepath.Join(h.OutDir, "logs", "shim-"+ns+".log"))
+	readFiles(scanned, row.Timeline, filepath.Join(h.OutDir, "logs", "shim-"+ns+".log"), OrphansCommandLog(h.OutDir, ns))
 	if b, err := json.Marshal(row); err == nil {
 		scanned["report row"] = string(b)
 	}
@@ -359,6 +432,30 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		row.SecretLeaks = []string{}
 	}
 	return row, nil
+}
+
+// scoreOrphanWatch puts what the shim's orphan report said in the row.
+func scoreOrphanWatch(row *Row, w *OrphanWatch, cfg ShimConfig) {
+	sc := w.Score()
+	row.OrphansReported, row.FalseOrphans, row.OrphansOpenAtEnd = sc.Reported, sc.False, sc.OpenAtEnd
+	row.OrphanReports = sc.Records
+	if sc.MaxSuspects >= 0 {
+		row.OrphanSuspectsMax = &sc.MaxSuspects
+	}
+	for _, r := range sc.Records {
+		if r.Race != "" {
+			row.OrphanBoundSeconds = secs(OrphanReportBound(cfg))
+			break
+		}
+	}
+	if w.Absent() {
+		row.Notes = append(row.Notes, NoteNoOrphanReport)
+	}
+}
+
+// OrphansCommandLog is where a run saves what `capc-health-shim orphans` printed.
+func OrphansCommandLog(outDir, ns string) string {
+	return filepath.Join(outDir, "logs", "shim-"+ns+"-orphans.txt")
 }
 
 // machineHealthCheck is the run's MHC as a user of the stack's CAPI writes it: v1beta1 with the

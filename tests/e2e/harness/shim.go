@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -15,6 +16,8 @@ import (
 // production (only the kubeconfig differs from in-cluster config).
 type Shim struct {
 	StatusURL string
+	Config    ShimConfig
+	bin       string
 	proc      *Process
 }
 
@@ -34,11 +37,34 @@ type ShimConfig struct {
 
 // scaled is a default duration of the shim multiplied by the time scale, as a flag value.
 func scaled(d time.Duration, scale float64) string {
+	return strconv.FormatInt(int64(scaledDuration(d, scale)/time.Second), 10) + "s"
+}
+
+// scaledDuration is what scaled passes: the product in whole seconds, at least one.
+func scaledDuration(d time.Duration, scale float64) time.Duration {
 	ms := int64(float64(d.Milliseconds()) * scale)
 	if ms < 1000 {
 		ms = 1000
 	}
-	return strconv.FormatInt(ms/1000, 10) + "s"
+	return time.Duration(ms/1000) * time.Second
+}
+
+// The shim's defaults that the harness scales and that scenarios time against.
+const (
+	shimDefaultPollInterval = 30 * time.Second
+	shimDefaultOrphanGrace  = 15 * time.Minute
+	// ShimPollJitter is the spread of the shim's poll interval (±10 %).
+	ShimPollJitter = 0.1
+)
+
+// PollInterval is the --poll-interval the shim runs with.
+func (c ShimConfig) PollInterval() time.Duration {
+	return scaledDuration(shimDefaultPollInterval, c.Scale)
+}
+
+// OrphanGrace is the --orphan-grace the shim runs with.
+func (c ShimConfig) OrphanGrace() time.Duration {
+	return scaledDuration(shimDefaultOrphanGrace, c.Scale)
 }
 
 // ShimArgs are the run flags: every duration the shim defaults to, scaled.
@@ -50,7 +76,7 @@ func ShimArgs(c ShimConfig, statusAddr string) []string {
 		"--status-addr", statusAddr,
 		"--no-leader-election",
 		"--endpoint-credentials", fmt.Sprintf("%s=%s/%s", c.APIURL, c.Namespace, ShimSecret),
-		"--poll-interval", scaled(30*time.Second, s),
+		"--poll-interval", scaled(shimDefaultPollInterval, s),
 		"--escalation-delay", scaled(60*time.Second, s),
 		"--stats-interval", scaled(60*time.Second, s),
 		"--stopped-grace", scaled(60*time.Second, s),
@@ -59,6 +85,8 @@ func ShimArgs(c ShimConfig, statusAddr string) []string {
 		"--nic-detached-grace", scaled(2*time.Minute, s),
 		"--nic-no-address-grace", scaled(5*time.Minute, s),
 		"--mass-failure-window", scaled(10*time.Minute, s),
+		// A VM left behind by a deleted CloudStackMachine is reported after this (15 min → 90 s).
+		"--orphan-grace", scaled(shimDefaultOrphanGrace, s),
 	}
 	if c.ProbeSecret != "" {
 		// Spacing, recheck and boot grace derive from the scaled --stats-interval. The rest is
@@ -106,7 +134,7 @@ func StartShim(ctx context.Context, root string, c ShimConfig) (*Shim, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Shim{StatusURL: "http://" + addr, proc: p}
+	s := &Shim{StatusURL: "http://" + addr, Config: c, bin: bin, proc: p}
 	hc := &http.Client{Timeout: 2 * time.Second}
 	err = WaitFor(ctx, 60*time.Second, 200*time.Millisecond, "shim /readyz", func() (bool, error) {
 		if done, err := p.Exited(); done {
@@ -164,6 +192,20 @@ type ProbeStatus struct {
 type shimStatus struct {
 	API   ShimAPI      `json:"api"`
 	Probe *ProbeStatus `json:"probe"`
+	// Orphans is nil when /status has no "orphans" array (a shim without the orphan report).
+	Orphans  *[]ShimOrphan                `json:"orphans"`
+	Clusters map[string]shimClusterStatus `json:"clusters"`
+	// OrphanDetection.Suspects: VMs owned by nothing still within their grace (not reported).
+	OrphanDetection *struct {
+		Suspects int `json:"suspects"`
+	} `json:"orphan_detection"`
+}
+
+// shimClusterStatus is one cluster of /status: its Machines by name.
+type shimClusterStatus struct {
+	Machines map[string]struct {
+		VMID *string `json:"vm_id"`
+	} `json:"machines"`
 }
 
 func (s *Shim) status(ctx context.Context) (shimStatus, error) {
@@ -208,4 +250,49 @@ func (s *Shim) API(ctx context.Context) (ShimAPI, error) {
 func (s *Shim) Probe(ctx context.Context) (*ProbeStatus, error) {
 	st, err := s.status(ctx)
 	return st.Probe, err
+}
+
+// Orphans reads the shim's orphan report from /status; present is false when the document has
+// no "orphans" array at all (a shim built without the orphan report); suspects is
+// orphan_detection.suspects (VMs owned by nothing within their grace), -1 when absent.
+func (s *Shim) Orphans(ctx context.Context) (orphans []ShimOrphan, suspects int, present bool, err error) {
+	st, err := s.status(ctx)
+	if err != nil || st.Orphans == nil {
+		return nil, -1, false, err
+	}
+	suspects = -1
+	if st.OrphanDetection != nil {
+		suspects = st.OrphanDetection.Suspects
+	}
+	return *st.Orphans, suspects, true, nil
+}
+
+// Tracks reports whether the shim's /status lists a Machine of cluster ("namespace/name"), and
+// the VM id it has for it ("" before CAPC recorded one): the shim has joined the Machine to its
+// CloudStackMachine.
+func (s *Shim) Tracks(ctx context.Context, cluster, machine string) (bool, string, error) {
+	st, err := s.status(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	m, ok := st.Clusters[cluster].Machines[machine]
+	if !ok {
+		return false, "", nil
+	}
+	if m.VMID == nil {
+		return true, "", nil
+	}
+	return true, *m.VMID, nil
+}
+
+// OrphansCommand runs `capc-health-shim orphans --url <this shim>` as an operator would and
+// returns what it printed.
+func (s *Shim) OrphansCommand(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, s.bin, "orphans", "--url", s.StatusURL).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("capc-health-shim orphans --url %s: %w: %s", s.StatusURL, err, lastLines(string(out), 5))
+	}
+	return string(out), nil
 }

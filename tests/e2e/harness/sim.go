@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/apache/cloudstack-go/v2/cloudstack"
 )
 
 // Sim is a running cloudstack-sim process and a client of its admin API (/sim/...).
@@ -62,6 +64,8 @@ type SimVM struct {
 	Faults    []string `json:"faults"`
 	IPAddress *string  `json:"ipaddress"`
 	Joined    bool     `json:"joined"`
+	// Deployed: created by deployVirtualMachine (not by the scenario file or the admin API).
+	Deployed bool `json:"deployed"`
 }
 
 // Gone reports whether the VM is destroyed or on its way out.
@@ -83,6 +87,37 @@ func (s *Sim) VMs(ctx context.Context) ([]SimVM, error) {
 // InjectFault applies a fault (nic-down, error, stop, ...) to a VM now.
 func (s *Sim) InjectFault(ctx context.Context, vmID, fault string) error {
 	return s.do(ctx, http.MethodPost, "/sim/vms/"+vmID+"/faults", map[string]string{"fault": fault}, nil)
+}
+
+// VM returns one VM by id (GET /sim/vms/{id}).
+func (s *Sim) VM(ctx context.Context, vmID string) (SimVM, error) {
+	var vm SimVM
+	err := s.do(ctx, http.MethodGet, "/sim/vms/"+vmID, nil, &vm)
+	return vm, err
+}
+
+// DestroyVM is what an operator's `cmk destroy virtualmachine id=<id> expunge=true` does: the
+// signed destroyVirtualMachine call (with the e2e admin key, as cmk would with an admin's),
+// waiting for its async job like cmk.
+func (s *Sim) DestroyVM(ctx context.Context, vmID string, expunge bool) error {
+	cs := cloudstack.NewAsyncClient(s.APIURL(), SimAdminKey, SimAdminSecret, false)
+	cs.AsyncTimeout(60)
+	p := cs.VirtualMachine.NewDestroyVirtualMachineParams(vmID)
+	p.SetExpunge(expunge)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.VirtualMachine.DestroyVirtualMachine(p)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("destroyVirtualMachine id=%s expunge=%v: %w", vmID, expunge, err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // SetProfile sets a VM's guest traffic profile (waiting-for-endpoint, idle-joined, ...) from now

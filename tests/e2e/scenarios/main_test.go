@@ -76,11 +76,20 @@ func run(t *testing.T, sc harness.Scenario, runs ...[2]string) map[string]harnes
 			t.Fatal(err)
 		}
 		out[res.key] = res.row
-		t.Logf("%s %s: converged=%v ready=%s fault→recycle=%s recycled=%d false=%d orphans=%d leftovers=%d notes=%v timeline=%s",
+		t.Logf("%s %s: converged=%v ready=%s fault→recycle=%s recycled=%d false=%d orphans=%d orphans_reported=%d false_orphans=%d suspects_max=%s leftovers=%d notes=%v timeline=%s",
 			sc.Key, res.key, res.row.Converged, fmtp(res.row.SecondsToReady), fmtp(res.row.SecondsFaultToRecycle),
-			res.row.RecycledMachines, res.row.FalseRecycles, res.row.OrphanVMs, res.row.LeftoverObjects, res.row.Notes, res.row.Timeline)
+			res.row.RecycledMachines, res.row.FalseRecycles, res.row.OrphanVMs, res.row.OrphansReported, res.row.FalseOrphans,
+			fmtInt(res.row.OrphanSuspectsMax), res.row.LeftoverObjects, res.row.Notes, res.row.Timeline)
+		noFalseOrphans(t, sc.Key+" "+res.key, res.row)
 	}
 	return out
+}
+
+func fmtInt(p *int) string {
+	if p == nil {
+		return "—"
+	}
+	return fmt.Sprint(*p)
 }
 
 func fmtp(p *float64) string {
@@ -125,6 +134,25 @@ func clean(t *testing.T, name string, r harness.Row) {
 		if r.ShimMode != want || r.ShimModeSource != "auto" {
 			t.Errorf("%s: shim mode %q (%s) on CAPI %s, want %q discovered (auto)", name, r.ShimMode, r.ShimModeSource, r.CAPIVersion, want)
 		}
+	}
+}
+
+// noFalseOrphans asserts, for every row of every scenario (run calls it), that the shim
+// reported no VM as an orphan that the scenario did not orphan on purpose, and that a shim row
+// had the orphan report to read at all.
+func noFalseOrphans(t *testing.T, name string, r harness.Row) {
+	t.Helper()
+	if r.FalseOrphans != 0 {
+		t.Errorf("%s: the shim reported %d VM(s) as orphans that nothing orphaned: %v (timeline %s)", name, r.FalseOrphans, harness.OrphanSummary(r.OrphanReports), r.Timeline)
+	}
+	if r.Mode.WithShim() {
+		for _, n := range r.Notes {
+			if n == harness.NoteNoOrphanReport {
+				t.Errorf("%s: %s", name, n)
+			}
+		}
+	} else if r.OrphansReported != 0 {
+		t.Errorf("%s: %d orphans reported in a run without the shim", name, r.OrphansReported)
 	}
 }
 

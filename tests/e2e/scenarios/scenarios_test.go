@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -139,4 +140,95 @@ func TestScenario6RollingUpgradeNICDown(t *testing.T) {
 	requireRecycled(t, "shim", rows[shimRun])
 	requireMHCActedOnCondition(t, "shim", rows[shimRun])
 	requireRecycled(t, "baseline", rows[baseRun])
+}
+
+// Scenario 8 (issue 17): a worker Machine deleted while CAPC's deploy job is in flight
+// (name-of-deleted) and a running worker's CloudStackMachine finalizer removed by hand
+// (instance-of-deleted). The shim must report exactly those two VMs, each no earlier than its
+// grace and no later than grace + two poll intervals (10 % jitter) after the harness saw its
+// CloudStackMachine gone, by reported_at and by the harness's clock, with a Warning
+// CloudStackVMOrphaned Event on the Cluster and a cmk command from `capc-health-shim orphans`;
+// once the operator destroyed them the report clears, and the run is clean (no VM left).
+func TestScenario8DeletionRaces(t *testing.T) {
+	rows := run(t, harness.ScenarioDeletionRaces, withShim)
+	s := rows[shimRun]
+	if !s.Converged {
+		t.Errorf("shim: the cluster did not converge after the races within %.0fs: %v (timeline %s)", s.DeadlineSeconds, s.Notes, s.Timeline)
+	}
+	for _, n := range harness.DuringFailed(s) {
+		t.Errorf("shim: %s (timeline %s)", n, s.Timeline)
+	}
+	clean(t, "shim", s)
+	if s.RecycledMachines != 0 {
+		t.Errorf("shim: %d Machines recycled; the races delete Machines, nothing is faulty", s.RecycledMachines)
+	}
+	requireDeliberateOrphans(t, "shim", s, map[string]string{
+		harness.RaceDeployInFlight:   harness.OrphanNameOfDeleted,
+		harness.RaceFinalizerRemoved: harness.OrphanInstanceOfDeleted,
+	})
+}
+
+// requireDeliberateOrphans: the shim reported exactly the VMs the scenario orphaned (race →
+// kind), in time, each with its Event and cmk command, and listed none once they were destroyed.
+func requireDeliberateOrphans(t *testing.T, name string, r harness.Row, want map[string]string) {
+	t.Helper()
+	if r.OrphansReported != len(want) || r.FalseOrphans != 0 {
+		t.Errorf("%s: orphans_reported=%d false_orphans=%d, want %d and 0: %v", name, r.OrphansReported, r.FalseOrphans, len(want), harness.OrphanSummary(r.OrphanReports))
+	}
+	if r.OrphansOpenAtEnd != 0 {
+		t.Errorf("%s: the shim still listed %d orphan(s) after the operator destroyed them", name, r.OrphansOpenAtEnd)
+	}
+	if r.OrphanBoundSeconds == nil || r.OrphanGraceSeconds <= 0 {
+		t.Fatalf("%s: no orphan grace/bound in the row (grace %.0f, bound %s)", name, r.OrphanGraceSeconds, fmtp(r.OrphanBoundSeconds))
+	}
+	grace, bound := r.OrphanGraceSeconds, *r.OrphanBoundSeconds
+	polls := bound - grace // two poll intervals with their jitter
+	seen := map[string]bool{}
+	for _, o := range r.OrphanReports {
+		if o.Race == "" {
+			continue
+		}
+		seen[o.Race] = true
+		kind, ok := want[o.Race]
+		what := fmt.Sprintf("%s: VM %s (%s)", name, o.VMID, o.Race)
+		if !ok {
+			t.Errorf("%s: a race this scenario does not run", what)
+			continue
+		}
+		if !o.Reported {
+			t.Errorf("%s: never reported (listed as %q)", what, o.Kind)
+			continue
+		}
+		if o.Kind != kind || o.ExpectedKind != kind {
+			t.Errorf("%s: reported as %q, want %q", what, o.Kind, kind)
+		}
+		if o.CloudStackMachine != o.ExpectedCloudStackMachine || o.Cluster == "" {
+			t.Errorf("%s: reported for CloudStackMachine %q of cluster %q, want %q and its cluster", what, o.CloudStackMachine, o.Cluster, o.ExpectedCloudStackMachine)
+		}
+		if o.SecondsToReport == nil || o.SecondsToReportSeen == nil || o.SecondsGraceApplied == nil {
+			t.Errorf("%s: timings missing: report %s, seen %s, reported_at−since %s", what, fmtp(o.SecondsToReport), fmtp(o.SecondsToReportSeen), fmtp(o.SecondsGraceApplied))
+			continue
+		}
+		// reported_at: the shim's clock; seen: the harness's, read every 250 ms.
+		if *o.SecondsToReport > bound || *o.SecondsToReportSeen > bound+0.5 {
+			t.Errorf("%s: reported %.1fs (reported_at) / %.1fs (seen) after its CloudStackMachine was gone, want ≤ %.1fs", what, *o.SecondsToReport, *o.SecondsToReportSeen, bound)
+		}
+		if *o.SecondsGraceApplied < grace-0.01 || *o.SecondsToReport < grace-1 {
+			t.Errorf("%s: reported before the %.0fs grace: reported_at−since %.1fs, %.1fs after the CloudStackMachine was gone", what, grace, *o.SecondsGraceApplied, *o.SecondsToReport)
+		}
+		if o.Event == "" {
+			t.Errorf("%s: no Warning %s Event on the Cluster naming it", what, harness.OrphanEventReason)
+		}
+		if o.Command == "" {
+			t.Errorf("%s: `capc-health-shim orphans` printed no cmk destroy command for it", what)
+		}
+		if o.SecondsToClear == nil || *o.SecondsToClear > polls+0.5 {
+			t.Errorf("%s: still listed %s s after it was destroyed, want ≤ %.1fs", what, fmtp(o.SecondsToClear), polls+0.5)
+		}
+	}
+	for race := range want {
+		if !seen[race] {
+			t.Errorf("%s: race %s orphaned no VM (notes %v, timeline %s)", name, race, r.Notes, r.Timeline)
+		}
+	}
 }
