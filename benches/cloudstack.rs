@@ -1,5 +1,5 @@
 //! `make bench`: the CloudStack side's hot paths as Criterion benchmarks (groups `signing`,
-//! `parse`, `verdict`), kept as regression guards: Criterion compares every run with the
+//! `parse`, `verdict`, `orphans`), kept as regression guards: Criterion compares every run with the
 //! previous one under `target/criterion` and says when a path got slower. Their medians, and
 //! the simulator's page latency, go to `target/bench/cloudstack.json` as flat `{"name": value}`
 //! pairs with units in the names — numbers for comparison on one machine, not thresholds.
@@ -17,6 +17,8 @@ use capc_health_shim::cloudstack::signing;
 use capc_health_shim::verdict::{
     evaluate, mark_paused_collections, Graces, MachineFacts, PollOutcome, VmHistory,
 };
+use capc_health_shim::orphans::{ClusterSighting, MachineSighting, OrphanFinder, ScopeListing};
+use capc_health_shim::scope::ListedVm;
 use cloudstack_sim as sim;
 use jiff::{SignedDuration, Timestamp};
 
@@ -156,6 +158,60 @@ fn verdict(c: &mut Criterion) {
     g.finish();
 }
 
+/// The orphan report's per-cycle step at 10 000 Machines in steady state (every VM owned, plus
+/// 100 VMs of someone else in the same listing): what it adds to a cycle, next to
+/// `record_poll_10000_vms` (the listing folded into the histories).
+fn orphans(c: &mut Criterion) {
+    const SCOPE: &str = "https://cloud.example/client/api project=- zone=z1";
+    let t0: Timestamp = "2026-11-30T00:00:00Z".parse().expect("timestamp");
+    let machines: Vec<MachineSighting> = (0..10_000)
+        .map(|i| MachineSighting {
+            namespace: "bench".into(),
+            name: format!("m-{i:05}-csm"),
+            cluster: Some(format!("c{}", i % 10)),
+            scope: Some(SCOPE.into()),
+            instance_id: Some(format!("00000000-0000-4000-8000-{i:012}")),
+            deleting: false,
+            moving: false,
+        })
+        .collect();
+    let clusters: Vec<ClusterSighting> = (0..10)
+        .map(|i| ClusterSighting {
+            namespace: "bench".into(),
+            name: format!("c{i}"),
+            paused: false,
+            deleting: false,
+        })
+        .collect();
+    let listed: Vec<ListedVm> = (0..10_100)
+        .map(|i| ListedVm {
+            id: format!("00000000-0000-4000-8000-{i:012}"),
+            name: if i < 10_000 {
+                format!("m-{i:05}-csm")
+            } else {
+                format!("other-{i}")
+            },
+            state: capc_health_shim::cloudstack::model::VmState::Running,
+        })
+        .collect();
+    let listings = [ScopeListing {
+        scope: SCOPE,
+        vms: Some(&listed),
+    }];
+    let mut warm = OrphanFinder::new(SignedDuration::from_mins(15));
+    warm.observe(&machines, &clusters, &listings, t0);
+    let now = t0 + SignedDuration::from_secs(30);
+    let mut g = c.benchmark_group("orphans");
+    g.bench_function("observe_10000_machines", |b| {
+        b.iter_batched_ref(
+            || warm.clone(),
+            |f| black_box(f.observe(&machines, &clusters, &listings, now)),
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
 /// The median (ns) Criterion estimated for `group/id` in this run.
 fn criterion_median_ns(group: &str, id: &str) -> Option<f64> {
     let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
@@ -177,6 +233,7 @@ fn main() {
     signing(&mut c);
     parse(&mut c);
     verdict(&mut c);
+    orphans(&mut c);
     c.final_summary();
 
     let mut report: BTreeMap<String, f64> = BTreeMap::new();
@@ -210,6 +267,14 @@ fn main() {
     put(
         "mark_paused_collections_10000_vms_milliseconds",
         criterion_median_ns("verdict", "mark_paused_collections_10000_vms").map(|ns| ns / 1e6),
+    );
+    put(
+        "orphans_observe_10000_machines_milliseconds",
+        criterion_median_ns("orphans", "observe_10000_machines").map(|ns| ns / 1e6),
+    );
+    put(
+        "orphans_observe_10000_machines_milliseconds",
+        criterion_median_ns("orphans", "observe_10000_machines").map(|ns| ns / 1e6),
     );
     let page = serde_json::json!({"listvirtualmachinesresponse": {
         "count": 20_000, "virtualmachine": (0..500).map(vm_json).collect::<Vec<_>>()}});

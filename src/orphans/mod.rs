@@ -269,10 +269,14 @@ impl OrphanFinder {
                     last: m.clone(),
                     gone_since: None,
                 });
+            owner.gone_since = None;
+            // Most cycles nothing changed: compare rather than copy.
+            if owner.last == *m || (m.scope.is_none() && same_but_scope(&owner.last, m)) {
+                continue;
+            }
             // A known scope is not forgotten because the failure domain went away first.
             let scope = m.scope.clone().or_else(|| owner.last.scope.take());
             owner.last = MachineSighting { scope, ..m.clone() };
-            owner.gone_since = None;
         }
         let present: BTreeSet<(&str, &str)> = clusters
             .iter()
@@ -428,6 +432,16 @@ impl OrphanFinder {
             None => Ownership::NotOurs,
         }
     }
+}
+
+/// `known` and `now` agree on all but the scope (which `now` does not know).
+fn same_but_scope(known: &MachineSighting, now: &MachineSighting) -> bool {
+    known.namespace == now.namespace
+        && known.name == now.name
+        && known.cluster == now.cluster
+        && known.instance_id == now.instance_id
+        && known.deleting == now.deleting
+        && known.moving == now.moving
 }
 
 /// Which of two findings about one VM (listed in two scopes) stands: owned, then unowned.
