@@ -5,14 +5,20 @@ PYTHON ?= python3
 GO     ?= go
 APISERVER_PROFILE ?= capi-1.9
 APISERVER_RUN := target/hack/apiserver-run
+## Long builds print "still building <what>: 2m30s elapsed" every 30 s (hack/progress.sh).
+PROGRESS := $(CURDIR)/hack/progress.sh
+## The Python packages of the conformance test live in a virtual environment of their own,
+## made (and refreshed when the requirements change) by hack/venv.sh.
+VENV := target/venv
 
-.PHONY: all build demo demo-sim test test-rust test-conformance test-e2e e2e e2e-build e2e-build-114 bench timings lint fmt clean \
-	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image fuzz
+.PHONY: all build demo demo-sim test test-rust test-conformance venv test-e2e e2e e2e-build e2e-build-114 bench timings lint fmt clean \
+	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image fuzz \
+	release-manifests test-release
 
 all: build
 
 build:
-	$(CARGO) build --workspace --bins
+	$(PROGRESS) "the workspace binaries (cargo build)" $(CARGO) build --workspace --bins
 
 ## make demo: the whole stack locally (real kube-apiserver, real CAPI v1.9.6 + CAPC v0.6.1 controllers,
 ## cloudstack-sim, simulated workload clusters, the shim as a process) playing seed scenarios 1 and 3;
@@ -21,10 +27,11 @@ build:
 ## the shim in condition mode.
 CAPC_E2E_CAPI ?= 1.9
 export CAPC_E2E_CAPI
-demo: build apiserver-runner
+demo: build apiserver-build
 	$(if $(filter 1.13,$(CAPC_E2E_CAPI)),$(MAKE) e2e-build)
 	$(if $(filter 1.14,$(CAPC_E2E_CAPI)),$(MAKE) e2e-build-114)
-	$(E2E_GO) run ./cmd/demo
+	$(E2E_BUILD) "the demo (CAPI/CAPC Go modules)" $(GO) build -o $(CURDIR)/target/e2e/bin/demo ./cmd/demo
+	cd tests/e2e && $(CURDIR)/target/e2e/bin/demo
 
 ## make demo-sim: the quick look without Kubernetes: cloudstack-sim's seed scenario + `capc-health-shim check`.
 demo-sim: build
@@ -32,10 +39,11 @@ demo-sim: build
 
 ## make test: every test — Rust unit/integration/property tests, the `cs` (PyPI) conformance test, and
 ## the end-to-end scenarios 1, 3 and 7 with their baselines and 8 (deletion races) (real CAPI + CAPC, see tests/e2e/README.md).
-test: test-rust test-conformance test-e2e
+test: test-release test-rust test-conformance test-e2e
 
 ## The e2e harness is a Go module of its own (tests/e2e); Go fetches its modules from the proxy.
 E2E_GO := cd tests/e2e && GOFLAGS=-mod=mod GOWORK=off $(GO)
+E2E_BUILD := cd tests/e2e && GOFLAGS=-mod=mod GOWORK=off $(PROGRESS)
 E2E_GO_113 := cd tests/e2e && CAPC_E2E_CAPI=1.13 GOFLAGS=-mod=mod GOWORK=off $(GO)
 E2E_GO_114 := cd tests/e2e && CAPC_E2E_CAPI=1.14 GOFLAGS=-mod=mod GOWORK=off $(GO)
 E2E_CI_SCENARIOS ?= TestManagement|TestScenario1WorkerNICDown|TestScenario3FirstControlPlaneNICDown|TestScenario7APIOutageAnd429|TestScenario8DeletionRaces
@@ -43,19 +51,19 @@ E2E_CI_SCENARIOS ?= TestManagement|TestScenario1WorkerNICDown|TestScenario3First
 ## compile the e2e packages and test binaries once (cached by Go), so test time is test time;
 ## and process B of the CAPI v1.13 stack, CAPI core in a Go module of its own (tests/e2e/capi-core)
 e2e-build:
-	$(E2E_GO) build ./...
-	$(E2E_GO) test -count=1 -exec /bin/true ./... >/dev/null
-	cd tests/e2e/capi-core && GOFLAGS=-mod=mod GOWORK=off $(GO) build -o $(CURDIR)/target/e2e/bin/capi-core-v1.13 .
+	$(E2E_BUILD) "the e2e harness (CAPI/CAPC Go modules)" $(GO) build ./...
+	$(E2E_BUILD) "the e2e test binaries" $(GO) test -count=1 -exec /bin/true ./... >/dev/null
+	cd tests/e2e/capi-core && GOFLAGS=-mod=mod GOWORK=off $(PROGRESS) "CAPI v1.13 core (tests/e2e/capi-core)" $(GO) build -o $(CURDIR)/target/e2e/bin/capi-core-v1.13 .
 
 ## process B for CAPI v1.14.2: the same source with -tags capi114 and its own pins (go.capi114.mod);
 ## make e2e and the v1.14 demo only (CI's make test runs v1.9 and v1.13)
 e2e-build-114:
-	cd tests/e2e/capi-core && GOFLAGS=-mod=mod GOWORK=off $(GO) build -modfile=go.capi114.mod -tags capi114 -o $(CURDIR)/target/e2e/bin/capi-core-v1.14 .
+	cd tests/e2e/capi-core && GOFLAGS=-mod=mod GOWORK=off $(PROGRESS) "CAPI v1.14 core (tests/e2e/capi-core)" $(GO) build -modfile=go.capi114.mod -tags capi114 -o $(CURDIR)/target/e2e/bin/capi-core-v1.14 .
 
 ## the CAPI v1.13 stack (CAPI core in its own process, condition mode): scenarios 1 and 8 in make test
 E2E_CI_SCENARIOS_113 ?= TestManagement|TestScenario1WorkerNICDown|TestScenario8DeletionRaces
 
-test-e2e: build apiserver-runner e2e-build
+test-e2e: build apiserver-build e2e-build
 	$(E2E_GO) test -count=1 -timeout 60m ./harness/ ./simapi/
 	$(E2E_GO) test -count=1 -timeout 60m -v -run '$(E2E_CI_SCENARIOS)' ./scenarios/
 	$(E2E_GO_113) test -count=1 -timeout 30m -v -run '$(E2E_CI_SCENARIOS_113)' ./scenarios/
@@ -72,13 +80,19 @@ e2e: build apiserver-runner e2e-build e2e-build-114
 ## Tests that need the API server are #[ignore = "needs a kube-apiserver …"], so a plain `cargo test`
 ## lists them as ignored; here they run (--include-ignored), except the measurements of `make timings`.
 KUBE_TESTS := -- --include-ignored --skip measure_
-test-rust: apiserver-runner
+test-rust: apiserver-build
+	$(PROGRESS) "the Rust tests (cargo test --no-run)" $(CARGO) test --workspace --no-run
 	hack/with-apiserver.sh capi-1.9 $(CARGO) test --workspace $(KUBE_TESTS)
-	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_probe --test controller_orphans --test controller_rbac --test controller_rows --test controller_faults --test fault_matrix --test run_binary --test deploy_manifests $(KUBE_TESTS)
+	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_probe --test controller_orphans --test controller_rbac --test controller_rows --test controller_faults --test fault_matrix --test run_binary --test deploy_manifests --test release_manifests $(KUBE_TESTS)
 	hack/with-apiserver.sh capi-1.13-v1beta2-only $(CARGO) test --test controller_v1beta2_only --test controller_kube --test controller_rbac --test run_binary $(KUBE_TESTS)
 
-test-conformance: build
-	$(PYTHON) -m pytest -q tests/conformance
+test-conformance: build venv
+	$(VENV)/bin/python -m pytest -q tests/conformance
+
+## the virtual environment of the conformance test: created on first use, packages re-installed
+## only when tests/conformance/requirements.txt changes (a checksum in target/venv)
+venv:
+	PYTHON=$(PYTHON) hack/venv.sh $(VENV) tests/conformance/requirements.txt
 
 ## make bench: benchmarks (measurements, never tests); micro-benchmarks → target/bench/cloudstack.json,
 ## then scale and speed against per-Machine polling and the MHC timer (simulated time, about a minute)
@@ -111,11 +125,11 @@ apiserver: apiserver-runner
 
 ## the runner itself (small; rebuilt every time, go's build cache makes that instant)
 apiserver-runner:
-	cd hack/apiserver/run && GOFLAGS=-mod=mod GOWORK=off $(GO) build -o $(CURDIR)/$(APISERVER_RUN) .
+	cd hack/apiserver/run && GOFLAGS=-mod=mod GOWORK=off $(PROGRESS) "the API server runner (hack/apiserver/run)" $(GO) build -o $(CURDIR)/$(APISERVER_RUN) .
 
 ## build (or find cached) etcd + kube-apiserver only
 apiserver-build: apiserver-runner
-	./$(APISERVER_RUN) --build-only
+	$(PROGRESS) "etcd and kube-apiserver (first use: minutes)" ./$(APISERVER_RUN) --build-only
 
 ## start, exercise with curl and stop the API server, for both profiles
 apiserver-smoke: apiserver-runner
@@ -137,6 +151,29 @@ release:
 	mkdir -p target/release-artifacts
 	cp $(RELEASE_DIR)/capc-health-shim $(RELEASE_DIR)/cloudstack-sim target/release-artifacts/
 	cd target/release-artifacts && sha256sum capc-health-shim cloudstack-sim > SHA256SUMS
+
+## make release-manifests: the release files, built from deploy/base by hack/release (a Go module of its
+## own on kustomize's, clusterctl's and Helm's libraries; the same CAPI/Kubernetes module versions as
+## tests/e2e/capi-core, so the module cache serves both): a clusterctl local repository
+## target/release-manifests/addon-capc-health-shim/v<version>/ holding addon-components.yaml and
+## metadata.yaml (the two assets a release publishes; not committed), and the Helm chart
+## deploy/helm/capc-health-shim (committed; `make test` fails when it is not what deploy/base makes).
+RELEASE_GO := cd hack/release && GOFLAGS=-mod=mod GOWORK=off $(GO)
+RELEASE_BUILD := cd hack/release && GOFLAGS=-mod=mod GOWORK=off $(PROGRESS)
+RELEASE_MANIFESTS := target/release-manifests
+release-manifests:
+	$(RELEASE_BUILD) "hack/release (kustomize, clusterctl, Helm modules)" $(GO) build -o $(CURDIR)/target/hack/release-tool .
+	rm -rf $(RELEASE_MANIFESTS)
+	./target/hack/release-tool manifests --root $(CURDIR) --out $(CURDIR)/$(RELEASE_MANIFESTS)
+	./target/hack/release-tool chart --root $(CURDIR) --out $(CURDIR)/deploy/helm/capc-health-shim
+
+## hack/release's Go tests, no API server (seconds; the first build downloads and compiles the modules,
+## about a minute and a half): the components through clusterctl's library (defaults, variables,
+## --target-namespace, metadata validation), the chart through Helm's (default and other values,
+## schema, lint), the committed chart current. tests/release_manifests.rs (test-rust) applies both
+## to the API server and runs the shim as their ServiceAccount.
+test-release:
+	$(RELEASE_BUILD) "hack/release's tests (kustomize, clusterctl, Helm modules)" $(GO) test -count=1 ./...
 
 ## make image: the container image (needs docker or podman: CONTAINER_ENGINE=podman)
 CONTAINER_ENGINE ?= docker
@@ -160,6 +197,8 @@ lint:
 	$(CARGO) clippy -p cloudstack-api -p verdict --all-targets -- -D warnings
 	@test -z "$$(cd tests/e2e && gofmt -l .)" || { echo "gofmt needed in tests/e2e:"; cd tests/e2e && gofmt -l .; exit 1; }
 	$(E2E_GO) vet ./...
+	@test -z "$$(cd hack/release && gofmt -l .)" || { echo "gofmt needed in hack/release:"; cd hack/release && gofmt -l .; exit 1; }
+	$(RELEASE_GO) vet ./...
 
 fmt:
 	$(CARGO) fmt --all

@@ -14,11 +14,11 @@ use criterion::{BatchSize, Criterion};
 use capc_health_shim::cloudstack::model::VirtualMachine;
 use capc_health_shim::cloudstack::parse::{parse_list_page, Reply};
 use capc_health_shim::cloudstack::signing;
+use capc_health_shim::orphans::{ClusterSighting, MachineSighting, OrphanFinder, ScopeListing};
+use capc_health_shim::scope::ListedVm;
 use capc_health_shim::verdict::{
     evaluate, mark_paused_collections, Graces, MachineFacts, PollOutcome, VmHistory,
 };
-use capc_health_shim::orphans::{ClusterSighting, MachineSighting, OrphanFinder, ScopeListing};
-use capc_health_shim::scope::ListedVm;
 use cloudstack_sim as sim;
 use jiff::{SignedDuration, Timestamp};
 

@@ -28,8 +28,17 @@ stop() {
 }
 trap stop EXIT
 
-deadline=$(( $(date +%s) + timeout_s ))
+started=$(date +%s)
+deadline=$(( started + timeout_s ))
+next_note=$(( started + 30 ))
 until [[ -f "$dir/kubeconfig" ]]; do
+  if (( $(date +%s) >= next_note )); then
+    # First use builds etcd and kube-apiserver (make apiserver-build does it up front).
+    elapsed=$(( $(date +%s) - started ))
+    printf 'with-apiserver[%s]: still starting the API server: %dm%02ds elapsed (log: %s)\n' \
+      "$profile" $(( elapsed / 60 )) $(( elapsed % 60 )) "$log" >&2
+    next_note=$(( next_note + 30 ))
+  fi
   if ! kill -0 "$pid" 2>/dev/null; then
     echo "with-apiserver[$profile]: the API server runner exited; its log ($log):" >&2
     tail -n 40 "$log" >&2

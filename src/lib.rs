@@ -15,7 +15,8 @@
 //! - [`controller`]: `capc-health-shim run`, the cycle in named phases and its Kubernetes I/O.
 //! - [`status`]: the `/status` document types the controller fills.
 //! - [`metrics`]: the Prometheus metrics (`capc_health_*`) and their OpenMetrics encoding.
-//! - [`http`]: the `/status`, `/metrics`, `/healthz` and `/readyz` endpoints (axum).
+//! - [`http`]: the `/status`, `/metrics`, `/healthz` and `/readyz` endpoints (axum; HTTPS with
+//!   `/status` and `/metrics` behind TokenReview + SubjectAccessReview, or `--insecure-serving`).
 //! - [`status_cmd`]: `capc-health-shim status --url URL`, a running shim's `/status` for humans.
 //! - [`docs_gen`]: the flags table of `docs/configuration.md`, generated from the clap definitions.
 //!

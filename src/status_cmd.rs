@@ -1,5 +1,10 @@
 //! `capc-health-shim status --url URL`: fetch a running shim's `/status` and render it for
-//! humans (or re-print it as JSON with `-o json`).
+//! humans (or re-print it as JSON with `-o json`). The shim serves `/status` over HTTPS to
+//! bearer tokens the Kubernetes API authorizes (docs/status-and-metrics.md): the token comes
+//! from `--token-file`/`--token`, or in a pod from its ServiceAccount; its self-signed
+//! certificate is accepted only with `--insecure-skip-tls-verify` (or pinned with `--ca-file`).
+
+mod client;
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -11,6 +16,11 @@ use crate::check::OutputFormat;
 use crate::cli::parse_duration;
 use crate::status::{MachineReport, StatusReport};
 
+pub use self::client::{
+    fetch, status_url, token_source, BearerToken, ClientAuthArgs, FetchError, FetchOptions,
+    TokenSource, IN_CLUSTER_TOKEN,
+};
+
 /// Exit codes of `status`.
 pub mod exit {
     /// The document was fetched and rendered.
@@ -21,15 +31,15 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// The URL could not be reached (connection refused, DNS, TLS, timeout).
     pub const UNREACHABLE: u8 = 3;
+    /// The shim refused the request: 401 (no token, or one the Kubernetes API does not accept)
+    /// or 403 (the token's user may not read `/status`).
+    pub const REFUSED: u8 = 4;
 }
-
-/// The largest answer `status` reads.
-const MAX_BODY: usize = 256 * 1024 * 1024;
 
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
-    /// The shim's HTTP address, e.g. http://localhost:8080 (`/status` is appended when the
-    /// URL has no path).
+    /// The shim's address, e.g. https://localhost:8443 (`/status` is appended when the URL
+    /// has no path).
     #[arg(long, env = "CAPC_HEALTH_SHIM_URL")]
     pub url: String,
     #[arg(short = 'o', long, value_enum, default_value = "table")]
@@ -37,172 +47,12 @@ pub struct StatusArgs {
     /// Timeout of the whole request.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub timeout: SignedDuration,
-}
-
-/// The URL to GET: `url` with `/status` when its path is empty or `/`.
-pub fn status_url(url: &str) -> Result<url::Url, String> {
-    let mut parsed =
-        url::Url::parse(url.trim()).map_err(|e| format!("{:?} is not a URL: {e}", redact(url)))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!("{} is not an http(s) URL", redact_url(&parsed)));
-    }
-    if parsed.path().is_empty() || parsed.path() == "/" {
-        parsed.set_path("/status");
-    }
-    Ok(parsed)
-}
-
-/// The URL without user name and password, for messages.
-fn redact_url(url: &url::Url) -> String {
-    let mut u = url.clone();
-    if !u.username().is_empty() || u.password().is_some() {
-        let _ = u.set_username("");
-        let _ = u.set_password(None);
-    }
-    u.to_string()
-}
-
-/// Best effort for a string that did not even parse as a URL: drop anything before an `@`.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}{}", &url[..s + 3], &url[at + 1..]),
-        _ => url.to_string(),
-    }
-}
-
-/// Why fetching failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FetchError {
-    Unreachable(String),
-    NotAStatus(String),
-}
-
-impl FetchError {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            FetchError::Unreachable(_) => exit::UNREACHABLE,
-            FetchError::NotAStatus(_) => exit::NOT_A_STATUS,
-        }
-    }
-
-    pub fn message(&self) -> &str {
-        match self {
-            FetchError::Unreachable(m) | FetchError::NotAStatus(m) => m,
-        }
-    }
-}
-
-fn transport_error(shown: &str, e: reqwest::Error) -> FetchError {
-    let what = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection failed"
-    } else {
-        "request failed"
-    };
-    let mut detail = String::new();
-    let mut source: Option<&dyn std::error::Error> = Some(&e);
-    // The chain names the root cause (e.g. "Connection refused"); strip URLs from reqwest's own text.
-    while let Some(err) = source {
-        let text = match err.downcast_ref::<reqwest::Error>() {
-            Some(_) => String::new(),
-            None => err.to_string(),
-        };
-        if !text.is_empty() && !detail.contains(&text) {
-            if !detail.is_empty() {
-                detail.push_str(": ");
-            }
-            detail.push_str(&text);
-        }
-        source = err.source();
-    }
-    if detail.is_empty() {
-        FetchError::Unreachable(format!("cannot reach {shown}: {what}"))
-    } else {
-        FetchError::Unreachable(format!("cannot reach {shown}: {what}: {detail}"))
-    }
-}
-
-/// First line of a body, short and printable, for error messages.
-fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(400)]);
-    let line = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("");
-    let clean: String = line.chars().map(printable).take(120).collect();
-    clean
-}
-
-/// GETs `url` and parses the answer as a [`StatusReport`].
-pub async fn fetch(url: &url::Url, timeout: Duration) -> Result<StatusReport, FetchError> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let shown = redact_url(url);
-    let client = reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .build()
-        .map_err(|e| FetchError::Unreachable(format!("cannot build an HTTP client: {e}")))?;
-    let mut response = client
-        .get(url.clone())
-        .header(reqwest::header::ACCEPT, "application/json")
-        .send()
-        .await
-        .map_err(|e| transport_error(&shown, e))?;
-    let status = response.status();
-    let content_type = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("no content type")
-        .to_string();
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| transport_error(&shown, e))?
-    {
-        if body.len() + chunk.len() > MAX_BODY {
-            return Err(FetchError::NotAStatus(format!(
-                "{shown} answered more than {} MiB; that is not a status document",
-                MAX_BODY / (1024 * 1024)
-            )));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    if status != reqwest::StatusCode::OK {
-        let first = snippet(&body);
-        return Err(FetchError::NotAStatus(format!(
-            "{shown} answered HTTP {status} ({content_type}), not a status document{}",
-            if first.is_empty() {
-                String::new()
-            } else {
-                format!(": {first}")
-            }
-        )));
-    }
-    let value: serde_json::Value = serde_json::from_slice(&body).map_err(|_| {
-        let first = snippet(&body);
-        FetchError::NotAStatus(format!(
-            "{shown} answered HTTP 200 with {content_type} that is not JSON, so not a status \
-             document (is this the shim's HTTP port?){}",
-            if first.is_empty() {
-                String::new()
-            } else {
-                format!(": {first}")
-            }
-        ))
-    })?;
-    serde_json::from_value(value).map_err(|e| {
-        FetchError::NotAStatus(format!(
-            "{shown} answered JSON that is not a status document: {e}"
-        ))
-    })
+    #[command(flatten)]
+    pub auth: ClientAuthArgs,
 }
 
 /// Terminal-safe: control characters (newlines, escapes) become spaces.
-fn printable(c: char) -> char {
+pub(crate) fn printable(c: char) -> char {
     if c.is_control() {
         ' '
     } else {
@@ -465,7 +315,19 @@ pub async fn main(args: StatusArgs) -> u8 {
         }
     };
     let timeout = Duration::try_from(args.timeout).unwrap_or(Duration::from_secs(5));
-    match fetch(&url, timeout).await {
+    let opts = match args.auth.options(&url, timeout) {
+        Ok((opts, warnings)) => {
+            for w in warnings {
+                eprintln!("status: warning: {w}");
+            }
+            opts
+        }
+        Err(e) => {
+            eprintln!("status: {e}");
+            return exit::USAGE;
+        }
+    };
+    match fetch(&url, &opts).await {
         Ok(report) => {
             print!("{}", render(&report, args.output));
             exit::RENDERED
@@ -482,34 +344,6 @@ mod tests {
     use super::*;
     use crate::status::{ClusterReport, FailureDomainReport, ScopeReport};
     use crate::verdict::Status;
-
-    #[test]
-    fn status_is_appended_only_to_a_bare_address() {
-        assert_eq!(
-            status_url("http://127.0.0.1:8080").unwrap().as_str(),
-            "http://127.0.0.1:8080/status"
-        );
-        assert_eq!(
-            status_url("http://h:1/").unwrap().as_str(),
-            "http://h:1/status"
-        );
-        assert_eq!(
-            status_url("https://h/shim/status?x=1").unwrap().as_str(),
-            "https://h/shim/status?x=1"
-        );
-        assert!(status_url("ftp://h/").unwrap_err().contains("not an http"));
-        assert!(status_url("nonsense").unwrap_err().contains("not a URL"));
-    }
-
-    #[test]
-    fn credentials_in_a_url_never_reach_messages() {
-        let u = url::Url::parse("http://user:hunter2@h:1/status").unwrap();
-        assert_eq!(redact_url(&u), "http://h:1/status");
-        assert!(!redact("http://user:hunter2@[bad").contains("hunter2"));
-        assert!(!status_url("ftp://user:hunter2@h/")
-            .unwrap_err()
-            .contains("hunter2"));
-    }
 
     #[test]
     fn tables_align_and_leave_the_last_column_unpadded() {

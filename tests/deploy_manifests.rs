@@ -38,6 +38,11 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).expect("readable directory") {
         let path = entry.expect("entry").path();
+        if path.is_dir() && path == deploy_dir().join("helm") {
+            // The Helm chart's templates are not plain YAML; it is generated from deploy/base
+            // and rendered, checked and applied by hack/release and tests/release_manifests.rs.
+            continue;
+        }
         if path.is_dir() {
             out.extend(yaml_files(&path));
         } else if matches!(
@@ -90,6 +95,20 @@ fn manifests() -> Vec<Manifest> {
 fn one<'a>(ms: &'a [Manifest], kind: &str) -> &'a Value {
     let found: Vec<&Manifest> = ms.iter().filter(|m| m.obj["kind"] == kind).collect();
     assert_eq!(found.len(), 1, "exactly one {kind} under deploy/");
+    &found[0].obj
+}
+
+/// The ClusterRole named `name` under deploy/.
+fn cluster_role<'a>(ms: &'a [Manifest], name: &str) -> &'a Value {
+    let found: Vec<&Manifest> = ms
+        .iter()
+        .filter(|m| m.obj["kind"] == "ClusterRole" && m.obj["metadata"]["name"] == name)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "exactly one ClusterRole {name} under deploy/"
+    );
     &found[0].obj
 }
 
@@ -245,7 +264,7 @@ fn no_role_grants_delete_or_wildcards() {
     }
     // The binding grants the role to the ServiceAccount the Deployment runs as.
     let binding = one(&ms, "ClusterRoleBinding");
-    let role = one(&ms, "ClusterRole");
+    let role = cluster_role(&ms, "capc-health-shim");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     let sa = one(&ms, "ServiceAccount");
     let d = one(&ms, "Deployment");
@@ -308,19 +327,20 @@ fn the_deployment_is_two_hardened_replicas_with_leader_election_and_probes() {
         .1
         .parse()
         .unwrap();
-    let http = c["ports"]
+    let https = c["ports"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["name"] == "http")
-        .expect("a container port named http");
-    assert_eq!(http["containerPort"], status_port);
+        .find(|p| p["name"] == "https")
+        .expect("a container port named https");
+    assert_eq!(https["containerPort"], status_port);
 
-    // Probes on the shim's endpoints, on its listener.
+    // Probes on the shim's endpoints, on its listener, which serves HTTPS (no token needed).
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         let get = &c[probe]["httpGet"];
         assert_eq!(get["path"], path, "{probe}");
         assert_eq!(port_number(c, &get["port"]), status_port, "{probe}");
+        assert_eq!(get["scheme"], "HTTPS", "{probe}");
     }
 
     // Requests and limits for CPU and memory, requests within limits.
@@ -362,7 +382,7 @@ fn the_service_pdb_and_service_monitor_select_the_deployments_pods() {
     assert!(!ports.is_empty());
     for p in ports {
         assert_eq!(
-            p["targetPort"], "http",
+            p["targetPort"], "https",
             "the Service targets the named port"
         );
         port_number(c, &p["targetPort"]);
@@ -391,6 +411,139 @@ fn the_service_pdb_and_service_monitor_select_the_deployments_pods() {
             e["port"]
         );
     }
+}
+
+/// /status and /metrics are locked by default (docs/status-and-metrics.md): the shim may ask the
+/// API server who a token is and what it may do, a separate role grants reading the two paths
+/// (bound by nobody in the base), the Deployment never turns the lock off, and the
+/// ServiceMonitor scrapes over HTTPS with Prometheus' own token.
+#[test]
+fn the_status_listener_is_locked_and_a_reader_role_opens_it() {
+    let ms = manifests();
+    let shim = cluster_role(&ms, "capc-health-shim");
+    let grants = |group: &str, resource: &str| {
+        shim["rules"].as_array().unwrap().iter().any(|r| {
+            r["apiGroups"]
+                .as_array()
+                .is_some_and(|g| g.iter().any(|g| g == group))
+                && r["resources"]
+                    .as_array()
+                    .is_some_and(|x| x.iter().any(|x| x == resource))
+                && r["verbs"] == json!(["create"])
+        })
+    };
+    assert!(grants("authentication.k8s.io", "tokenreviews"));
+    assert!(grants("authorization.k8s.io", "subjectaccessreviews"));
+
+    let reader = cluster_role(&ms, "capc-health-shim-metrics-reader");
+    assert_eq!(
+        reader["rules"],
+        json!([{"nonResourceURLs": ["/metrics", "/status"], "verbs": ["get"]}]),
+        "the reader role grants exactly GET of the two paths"
+    );
+    assert!(
+        !ms.iter().any(|m| m.file.starts_with("base/")
+            && m.obj["roleRef"]["name"] == "capc-health-shim-metrics-reader"),
+        "the base binds the reader role to nobody"
+    );
+
+    let d = one(&ms, "Deployment");
+    let c = container(d);
+    let args = c["args"].as_array().unwrap();
+    assert!(!args
+        .iter()
+        .any(|a| a.as_str().unwrap().starts_with("--insecure-serving")));
+    let env = c["env"].as_array().cloned().unwrap_or_default();
+    assert!(!env
+        .iter()
+        .any(|e| e["name"] == "CAPC_HEALTH_INSECURE_SERVING"));
+    assert!(
+        !run_args(&[]).serving.insecure_serving,
+        "secured by default"
+    );
+
+    let sm = one(&ms, "ServiceMonitor");
+    for e in sm["spec"]["endpoints"].as_array().unwrap() {
+        assert_eq!(e["scheme"], "https", "{e}");
+        assert!(
+            e["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+                || e["authorization"]["credentials"].is_object(),
+            "the scrape sends a token: {e}"
+        );
+        assert_eq!(e["tlsConfig"]["insecureSkipVerify"], true, "{e}");
+    }
+}
+
+/// The NetworkPolicy (docs/install.md, "Network policy"): it selects the shim's pods; ingress is
+/// exactly the container's serving port(s); egress is DNS and the TCP ports of the API servers
+/// and CloudStack, to any address by default (an install must not break before the operator
+/// narrows it), and no rule opens every port.
+#[test]
+fn the_network_policy_admits_only_the_listener_and_reaches_dns_apiservers_and_cloudstack() {
+    let ms = manifests();
+    let d = one(&ms, "Deployment");
+    let c = container(d);
+    let np = one(&ms, "NetworkPolicy");
+    assert_eq!(np["metadata"]["namespace"], d["metadata"]["namespace"]);
+    assert!(selects(
+        &np["spec"]["podSelector"]["matchLabels"],
+        &d["spec"]["template"]["metadata"]["labels"]
+    ));
+    let types: BTreeSet<&str> = np["spec"]["policyTypes"]
+        .as_array()
+        .expect("policyTypes")
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(types, BTreeSet::from(["Ingress", "Egress"]));
+
+    let container_ports: BTreeSet<i64> = c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].as_i64().unwrap())
+        .collect();
+    let mut ingress_ports = BTreeSet::new();
+    for rule in np["spec"]["ingress"].as_array().expect("ingress rules") {
+        let ports = rule["ports"]
+            .as_array()
+            .expect("an ingress rule without ports opens every port");
+        for p in ports {
+            assert_eq!(p["protocol"], "TCP", "{p}");
+            ingress_ports.insert(port_number(c, &p["port"]));
+        }
+    }
+    assert_eq!(
+        ingress_ports, container_ports,
+        "ingress is exactly the serving port(s)"
+    );
+
+    let mut egress: BTreeSet<(String, i64)> = BTreeSet::new();
+    for rule in np["spec"]["egress"].as_array().expect("egress rules") {
+        assert!(
+            rule.get("to").is_none(),
+            "the default must reach any address: {rule}"
+        );
+        for p in rule["ports"]
+            .as_array()
+            .expect("an egress rule without ports opens every port")
+        {
+            egress.insert((
+                p["protocol"].as_str().unwrap().to_string(),
+                p["port"].as_i64().expect("a numeric port"),
+            ));
+        }
+    }
+    let tcp = |port: i64| ("TCP".to_string(), port);
+    let want = BTreeSet::from([
+        ("UDP".to_string(), 53), // DNS
+        tcp(53),
+        tcp(443),  // the `kubernetes` Service, and CloudStack over HTTPS
+        tcp(6443), // the API servers' own port (after the Service), workload clusters
+        tcp(8080), // CloudStack's management server, plain HTTP
+        tcp(8443), // CloudStack over HTTPS on its own port
+    ]);
+    assert_eq!(egress, want);
 }
 
 #[test]
@@ -554,7 +707,17 @@ fn service_monitor_crd() -> Value {
         "port": {"type": "string"}, "targetPort": {"x-kubernetes-int-or-string": true},
         "path": {"type": "string"}, "scheme": {"type": "string", "enum": ["http", "https"]},
         "interval": duration.clone(), "scrapeTimeout": duration,
-        "honorLabels": {"type": "boolean"}}});
+        "honorLabels": {"type": "boolean"},
+        "bearerTokenFile": {"type": "string"},
+        "authorization": {"type": "object", "properties": {
+            "type": {"type": "string"},
+            "credentials": {"type": "object", "x-kubernetes-map-type": "atomic", "required": ["key"],
+                "properties": {"key": {"type": "string"}, "name": {"type": "string"},
+                               "optional": {"type": "boolean"}}}}},
+        "tlsConfig": {"type": "object", "properties": {
+            "insecureSkipVerify": {"type": "boolean"}, "serverName": {"type": "string"},
+            "caFile": {"type": "string"},
+            "ca": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}});
     let selector = json!({"type": "object", "x-kubernetes-map-type": "atomic", "properties": {
         "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
         "matchExpressions": {"type": "array", "items": {"type": "object",

@@ -173,6 +173,7 @@ impl Shim {
             "run",
             "--status-addr",
             &addr,
+            "--insecure-serving",
         ];
         all.extend_from_slice(args);
         let child = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))

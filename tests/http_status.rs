@@ -272,6 +272,8 @@ async fn shim(args: Vec<String>) -> Output {
         Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))
             .args(&args)
             .env_remove("CAPC_HEALTH_SHIM_URL")
+            .env_remove("CAPC_HEALTH_TOKEN")
+            .env_remove("CAPC_HEALTH_TOKEN_FILE")
             .output()
             .expect("run capc-health-shim")
     });
@@ -705,6 +707,145 @@ async fn the_status_command_exits_1_for_an_html_page_and_for_foreign_json() {
         err.contains("answered JSON that is not a status document"),
         "{err}"
     );
+
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+}
+
+/// A stand-in for the secured shim: `/status` is the report for `Bearer good-token-7c1e`, 403
+/// for any other token, 401 without one (the real checks against the API server are in
+/// tests/http_auth.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_command_sends_its_token_and_exits_4_when_refused() {
+    const GOOD: &str = "good-token-7c1e";
+    async fn guarded(headers: axum::http::HeaderMap) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+            Some(v) if v == format!("Bearer {GOOD}") => axum::Json(report()).into_response(),
+            Some(_) => (
+                axum::http::StatusCode::FORBIDDEN,
+                "Forbidden: user \"system:serviceaccount:x:y\" may not get /status\n",
+            )
+                .into_response(),
+            None => (
+                axum::http::StatusCode::UNAUTHORIZED,
+                "Unauthorized: no bearer token\n",
+            )
+                .into_response(),
+        }
+    }
+    let app = axum::Router::new().route("/status", axum::routing::get(guarded));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{GOOD}\n")).unwrap();
+    let token_file = token_file.display().to_string();
+
+    for auth in [
+        vec!["--token".to_string(), GOOD.to_string()],
+        vec!["--token-file".to_string(), token_file.clone()],
+    ] {
+        let mut args = vec![
+            "status".into(),
+            "--url".into(),
+            url.clone(),
+            "-o".into(),
+            "json".into(),
+        ];
+        args.extend(auth.clone());
+        let out = shim(args).await;
+        assert_eq!(out.status.code(), Some(0), "{auth:?}: {}", stderr(&out));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(doc["leader"], true);
+        assert!(
+            stderr(&out).is_empty(),
+            "no warning on loopback: {}",
+            stderr(&out)
+        );
+    }
+    let out = shim(vec![
+        "orphans".into(),
+        "--url".into(),
+        url.clone(),
+        "--token-file".into(),
+        token_file,
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // The token from the environment works, and --help never shows its value.
+    let from_env = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))
+            .args(args)
+            .env("CAPC_HEALTH_TOKEN", GOOD)
+            .env_remove("CAPC_HEALTH_TOKEN_FILE")
+            .env_remove("CAPC_HEALTH_SHIM_URL")
+            .output()
+            .expect("runs")
+    };
+    let u = url.clone();
+    let out = tokio::task::spawn_blocking(move || from_env(&["status", "--url", &u]))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let help = from_env(&["status", "--help"]);
+    assert!(
+        stdout(&help).contains("CAPC_HEALTH_TOKEN"),
+        "{}",
+        stdout(&help)
+    );
+    assert!(
+        !stdout(&help).contains(GOOD),
+        "the token's value is in --help"
+    );
+
+    let out = shim(vec!["status".into(), "--url".into(), url.clone()]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("HTTP 401") && err.contains("no token was sent"),
+        "{err}"
+    );
+    let out = shim(vec![
+        "status".into(),
+        "--url".into(),
+        url.clone(),
+        "--token".into(),
+        "someone-else".into(),
+    ])
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("HTTP 403") && err.contains("may not get /status"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("someone-else"),
+        "the token is in the message: {err}"
+    );
+    assert!(stdout(&out).is_empty());
+
+    // A token file that cannot be used is a usage error, before any request.
+    let out = shim(vec![
+        "status".into(),
+        "--url".into(),
+        url,
+        "--token-file".into(),
+        "/nonexistent/token".into(),
+    ])
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--token-file /nonexistent/token"));
 
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), task).await;

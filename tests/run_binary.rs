@@ -52,6 +52,8 @@ async fn the_binary_leads_publishes_reports_and_stops_cleanly() {
             "1s",
             "--status-addr",
             &addr,
+            // Plain HTTP for this test; tests/http_auth.rs runs the secured default.
+            "--insecure-serving",
             "--lease-namespace",
             &f.ns,
             "--lease-name",

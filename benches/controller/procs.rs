@@ -158,6 +158,9 @@ impl Shim {
         let child = Command::new(binary)
             .args(["--log", "warn", "run", "--status-addr", &addr])
             .args(args)
+            // Plain HTTP without tokens for the measurements; as an environment variable, so a
+            // baseline binary from before --insecure-serving starts too (it ignores it).
+            .env("CAPC_HEALTH_INSECURE_SERVING", "true")
             .env("KUBECONFIG", kubeconfig)
             .env("HOSTNAME", "capc-health-shim-bench")
             .stdout(Stdio::null())

@@ -76,13 +76,18 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     pub namespaces: Vec<String>,
-    /// Listener for /status, /metrics, /healthz and /readyz.
-    #[arg(long, env = "CAPC_HEALTH_STATUS_ADDR", default_value = "0.0.0.0:8080")]
+    /// Listener for /status and /metrics (HTTPS; a bearer token the Kubernetes API
+    /// authenticates and authorizes, see docs/status-and-metrics.md) and /healthz, /readyz
+    /// (open to anyone).
+    #[arg(long, env = "CAPC_HEALTH_STATUS_ADDR", default_value = "0.0.0.0:8443")]
     pub status_addr: String,
+    #[command(flatten)]
+    pub serving: crate::http::ServingArgs,
     /// Use another Secret's keys (e.g. a read-only key) for an endpoint: API_URL=NAMESPACE/NAME (repeatable).
     #[arg(long = "endpoint-credentials", env = "CAPC_HEALTH_ENDPOINT_CREDENTIALS", value_delimiter = ',', value_parser = parse_override)]
     pub endpoint_credentials: Vec<EndpointOverride>,
-    /// Timeout for the workload-cluster Node lookup of the NodeNotLinked guard.
+    /// Timeout for the workload-cluster Node lookup of the NodeNotLinked guard (unused with
+    /// --no-workload-node-lookup).
     #[arg(long, env = "CAPC_HEALTH_WORKLOAD_TIMEOUT", default_value = "5s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_mins(5)))]
     pub workload_timeout: SignedDuration,
     /// Timeout of one CloudStack HTTP request.
@@ -130,6 +135,12 @@ pub struct RunArgs {
     /// Do not look for orphan VMs (the scope listings are then not kept between phases).
     #[arg(long, env = "CAPC_HEALTH_NO_ORPHAN_REPORT")]
     pub no_orphan_report: bool,
+    /// Never read a workload cluster's `<cluster>-kubeconfig` Secret: turns off the
+    /// NodeNotLinked guard's Node lookup, so a Node-less Machine whose VM joined but was not
+    /// linked by CAPI is judged on CloudStack's evidence alone (docs/configuration.md). For
+    /// installs whose RBAC grants no access to those Secrets.
+    #[arg(long, env = "CAPC_HEALTH_NO_WORKLOAD_NODE_LOOKUP")]
+    pub no_workload_node_lookup: bool,
 }
 
 /// A Secret named as `NAMESPACE/NAME`.

@@ -3,7 +3,9 @@
 //! NodeNotLinked lookup between the pipeline's two passes: a Node-less Machine about to turn
 //! `False` whose VM matches a workload Node must never be published `False` — in condition mode
 //! the MHC acts on `False` itself — so the workload clusters of exactly those Machines are asked
-//! (each at most once per cycle), and the pipeline runs again with what they said.
+//! (each at most once per cycle), and the pipeline runs again with what they said. With
+//! `--no-workload-node-lookup` nobody is asked: the first pass stands, as when a workload
+//! cluster cannot be asked — not looking never turns a verdict `False` by itself.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -11,6 +13,7 @@ use jiff::Timestamp;
 
 use super::cycle::{Controller, CycleSummary};
 use super::gather::Gathered;
+use super::kube_error::KubeError;
 use super::kube_io;
 use super::targets::{Target, TargetProblem};
 use crate::cli::to_std;
@@ -60,7 +63,9 @@ impl Controller {
         let fixed: Vec<Option<Verdict>> = g.targets.iter().map(|t| unavailable(t, g)).collect();
         let mut subjects = self.subjects(g, &fixed);
         let mut decision = decide(&subjects, &self.graces, &self.guard, now);
-        let unlinked = self.unlinked_nodes(g, &decision, &subjects).await;
+        let unlinked = self
+            .unlinked_nodes(g, &decision, &subjects, &mut summary.problems)
+            .await;
         if !unlinked.is_empty() {
             for (&i, node) in &unlinked {
                 subjects[i].facts.unlinked_node = Some(node.clone());
@@ -139,16 +144,21 @@ impl Controller {
 
     /// The NodeNotLinked lookup: for each subject the pipeline would turn `False` without a
     /// Node, a workload Node matching its VM (by name or InternalIP) — index → Node name. When
-    /// a workload cluster cannot be asked the verdict stands (the guard holds only on a match).
+    /// a workload cluster cannot be asked the verdict stands (the guard holds only on a match);
+    /// a refusal by RBAC is a cycle problem (see [`lookup_problem`]). Off: nobody is asked.
     async fn unlinked_nodes(
         &self,
         g: &Gathered,
         decision: &Decision,
         subjects: &[Subject<'_>],
+        problems: &mut Vec<String>,
     ) -> BTreeMap<usize, String> {
         let mut nodes_of: HashMap<(String, String), Option<Vec<serde_json::Value>>> =
             HashMap::new();
         let mut out = BTreeMap::new();
+        if self.args.no_workload_node_lookup {
+            return out;
+        }
         for i in decision.needing_node_lookup(subjects) {
             let t = &g.targets[i];
             let cluster = (t.machine.namespace.clone(), t.machine.cluster_name.clone());
@@ -160,7 +170,10 @@ impl Controller {
                     to_std(self.args.workload_timeout),
                 )
                 .await
-                .inspect_err(|e| tracing::debug!(error = %e, "NodeNotLinked check skipped"))
+                .inspect_err(|e| {
+                    tracing::debug!(error = %e, "NodeNotLinked check skipped");
+                    problems.extend(lookup_problem(e));
+                })
                 .ok();
                 nodes_of.insert(cluster.clone(), nodes);
             }
@@ -196,6 +209,55 @@ impl Controller {
                     outcome.failing, outcome.total
                 ));
             }
+        }
+    }
+}
+
+/// The cycle problem for a NodeNotLinked lookup that failed with `e`, if it is one an operator
+/// must fix: a refusal (RBAC on the `<cluster>-kubeconfig` Secret, or the workload cluster's
+/// own). A missing Secret or an unreachable workload API is normal while a cluster is created
+/// and stays a debug log. Either way the verdict stands.
+fn lookup_problem(e: &KubeError) -> Option<String> {
+    matches!(e, KubeError::Forbidden { .. }).then(|| {
+        format!(
+            "NodeNotLinked guard cannot look for the Machine's Node (the verdict stands): {e}; \
+             grant `get` on that Secret or run with --no-workload-node-lookup"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refused_lookup_is_a_problem_and_it_names_the_secret_and_the_way_out() {
+        let refused = KubeError::Forbidden {
+            what: "Secret ns1/c1-kubeconfig".into(),
+            code: 403,
+            message: "secrets \"c1-kubeconfig\" is forbidden".into(),
+        };
+        let p = lookup_problem(&refused).expect("a refusal is a problem");
+        assert!(
+            p.contains("Secret ns1/c1-kubeconfig: forbidden (403)"),
+            "{p}"
+        );
+        assert!(p.contains("--no-workload-node-lookup"), "{p}");
+        assert!(p.contains("the verdict stands"), "{p}");
+        for normal in [
+            KubeError::NotFound {
+                what: "Secret ns1/c1-kubeconfig".into(),
+            },
+            KubeError::Timeout {
+                what: "Nodes of workload cluster ns1/c1".into(),
+                after: std::time::Duration::from_secs(5),
+            },
+            KubeError::Transport {
+                what: "Nodes of workload cluster ns1/c1".into(),
+                message: "connection refused".into(),
+            },
+        ] {
+            assert_eq!(lookup_problem(&normal), None, "{normal}");
         }
     }
 }

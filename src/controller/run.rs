@@ -97,6 +97,24 @@ pub async fn main(args: RunArgs) -> u8 {
         }
     };
 
+    // The serving certificate first, so a bad --tls-* file fails the start with its reason.
+    let source = match args.serving.cert_source() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("run: {e}");
+            return exit::STARTUP;
+        }
+    };
+    let tls = match source {
+        None => None,
+        Some(source) => match http::tls::load(&source) {
+            Ok((config, files)) => Some((source, config, files)),
+            Err(e) => {
+                eprintln!("run: {e}");
+                return exit::STARTUP;
+            }
+        },
+    };
     let listener = match tokio::net::TcpListener::bind(&args.status_addr).await {
         Ok(l) => l,
         Err(e) => {
@@ -107,21 +125,51 @@ pub async fn main(args: RunArgs) -> u8 {
             return exit::STARTUP;
         }
     };
-    tracing::info!(addr = %args.status_addr, "serving /status, /metrics, /healthz, /readyz");
-    let http_task = tokio::spawn(http::serve(
-        listener,
-        HttpState {
-            report: report.clone(),
-            metrics: metrics.clone(),
-        },
-        stopped(),
-    ));
 
     let client = match kube::Client::try_default().await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("run: no Kubernetes configuration (in-cluster or KUBECONFIG): {e}");
             return exit::STARTUP;
+        }
+    };
+
+    let state = HttpState {
+        report: report.clone(),
+        metrics: metrics.clone(),
+    };
+    let mut reload_task = None;
+    let http_task = match tls {
+        None => {
+            let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
+            if loopback {
+                tracing::info!(addr = %args.status_addr, "serving /status, /metrics, /healthz, /readyz over plain HTTP without authentication (--insecure-serving)");
+            } else {
+                tracing::warn!(addr = %args.status_addr, "serving /status and /metrics over plain HTTP to anyone who can reach this address (--insecure-serving)");
+            }
+            tokio::spawn(http::serve(listener, state, stopped()))
+        }
+        Some((source, config, files)) => {
+            if let (http::tls::CertSource::Files { cert, key }, Some(pem)) = (&source, files) {
+                reload_task = Some(tokio::spawn(http::tls::reload_on_change(
+                    config.clone(),
+                    cert.clone(),
+                    key.clone(),
+                    pem,
+                )));
+            }
+            tracing::info!(addr = %args.status_addr, certificate = ?source,
+                "serving /status and /metrics over HTTPS to bearer tokens the Kubernetes API authorizes; /healthz, /readyz open");
+            let authorizer = Arc::new(http::auth::Authorizer::new(
+                client.clone(),
+                to_std(args.kube_timeout),
+            ));
+            tokio::spawn(http::serve_tls(
+                listener,
+                config,
+                http::secured_router(state, authorizer),
+                stopped(),
+            ))
         }
     };
 
@@ -146,6 +194,9 @@ pub async fn main(args: RunArgs) -> u8 {
     };
     tracing::info!(mode = %choice.mode, source = %choice.mode_source, layout = ?choice.layout,
         cloudstack_machine = %choice.cloudstack_machine_version, "discovered Cluster API and CAPC");
+    if args.no_workload_node_lookup {
+        tracing::info!("--no-workload-node-lookup: no <cluster>-kubeconfig Secret is read; the NodeNotLinked guard is off");
+    }
     let resources = Resources::for_choice(&choice);
     let stores = Stores::start(
         &client,
@@ -298,6 +349,9 @@ pub async fn main(args: RunArgs) -> u8 {
         drop(rx); // dropping every receiver releases the Lease
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     }
-    let _ = tokio::time::timeout(Duration::from_secs(5), http_task).await;
+    let _ = tokio::time::timeout(Duration::from_secs(6), http_task).await;
+    if let Some(t) = reload_task {
+        t.abort();
+    }
     code
 }

@@ -11,12 +11,12 @@ use jiff::SignedDuration;
 use crate::check::OutputFormat;
 use crate::cli::parse_duration;
 use crate::status::{OrphanReport, StatusReport};
-use crate::status_cmd::{cell, exit, fetch, status_url, table, time};
+use crate::status_cmd::{cell, exit, fetch, status_url, table, time, ClientAuthArgs};
 
 #[derive(Debug, Clone, Args)]
 pub struct OrphansArgs {
-    /// The shim's HTTP address, e.g. http://localhost:8080 (`/status` is appended when the URL
-    /// has no path).
+    /// The shim's address, e.g. https://localhost:8443 (`/status` is appended when the URL has
+    /// no path).
     #[arg(long, env = "CAPC_HEALTH_SHIM_URL")]
     pub url: String,
     /// `table` (with the CloudMonkey commands) or `json` (the `orphans` section of `/status`).
@@ -25,6 +25,8 @@ pub struct OrphansArgs {
     /// Timeout of the whole request.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub timeout: SignedDuration,
+    #[command(flatten)]
+    pub auth: ClientAuthArgs,
 }
 
 /// A CloudStack id is a UUID (or, in old clouds, a number): anything else is not put in a
@@ -141,7 +143,19 @@ pub async fn main(args: OrphansArgs) -> u8 {
         }
     };
     let timeout = Duration::try_from(args.timeout).unwrap_or(Duration::from_secs(5));
-    match fetch(&url, timeout).await {
+    let opts = match args.auth.options(&url, timeout) {
+        Ok((opts, warnings)) => {
+            for w in warnings {
+                eprintln!("orphans: warning: {w}");
+            }
+            opts
+        }
+        Err(e) => {
+            eprintln!("orphans: {e}");
+            return exit::USAGE;
+        }
+    };
+    match fetch(&url, &opts).await {
         Ok(report) => {
             print!("{}", render(&report, args.output));
             exit::RENDERED

@@ -74,6 +74,8 @@ func ShimArgs(c ShimConfig, statusAddr string) []string {
 		"run",
 		"--namespace", c.Namespace,
 		"--status-addr", statusAddr,
+		// Plain HTTP on loopback: the harness reads /status and /metrics without a token.
+		"--insecure-serving",
 		"--no-leader-election",
 		"--endpoint-credentials", fmt.Sprintf("%s=%s/%s", c.APIURL, c.Namespace, ShimSecret),
 		"--poll-interval", scaled(shimDefaultPollInterval, s),

@@ -1,0 +1,590 @@
+//! The release manifests of `make release-manifests` (hack/release, built from deploy/base) on
+//! the real kube-apiserver. clusterctl's processing of `addon-components.yaml` — done by
+//! clusterctl's own library, variables at their defaults, `--target-namespace` set to a namespace
+//! of this test — and the Helm chart's default render (Helm's own library) are server-side
+//! applied with strict field validation, dry run first; then the real `capc-health-shim` runs
+//! with the generated Deployment's arguments and environment, authenticated as the generated
+//! ServiceAccount, until it is ready, leads, and answers `/metrics` to a token the generated
+//! reader role admits. And the chart's extra-CA option is checked against an HTTPS CloudStack with
+//! the shim's own CloudStack client. hack/release's Go tests check the files themselves
+//! (contract, metadata validation, values, the committed chart in sync).
+
+mod kube_support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{pinned_kind, Scope};
+use kube::Client;
+use kube_support::kube_client;
+use serde_json::{json, Value};
+
+const FIELD_MANAGER: &str = "capc-health-shim-release-test";
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// hack/release built once per test binary (Go's build cache makes a rebuild instant).
+fn release_tool() -> &'static Path {
+    static TOOL: OnceLock<PathBuf> = OnceLock::new();
+    TOOL.get_or_init(|| {
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("release-tool");
+        let status = Command::new(std::env::var("GO").unwrap_or_else(|_| "go".into()))
+            .args(["build", "-o"])
+            .arg(&out)
+            .arg(".")
+            .current_dir(Path::new(REPO).join("hack/release"))
+            .env("GOFLAGS", "-mod=mod")
+            .env("GOWORK", "off")
+            .status()
+            .expect("go (1.25+) runs: hack/release is a Go module");
+        assert!(status.success(), "go build hack/release: {status}");
+        out
+    })
+}
+
+/// Runs the tool; its stdout. The clusterctl variables are unset, so their defaults apply.
+fn tool(args: &[&str]) -> String {
+    let out = Command::new(release_tool())
+        .args(args)
+        .args(["--root", REPO])
+        .env_remove("CAPC_HEALTH_SHIM_IMAGE")
+        .env_remove("CAPC_HEALTH_SHIM_LOG")
+        .output()
+        .expect("release tool runs");
+    assert!(
+        out.status.success(),
+        "release {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+fn docs(text: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let v: Value = serde::Deserialize::deserialize(doc).expect("YAML document");
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    out
+}
+
+fn kind(o: &Value) -> &str {
+    o["kind"].as_str().unwrap()
+}
+
+fn name(o: &Value) -> &str {
+    o["metadata"]["name"].as_str().unwrap()
+}
+
+fn gvk_of(obj: &Value) -> GroupVersionKind {
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    GroupVersionKind::gvk(group, version, kind(obj))
+}
+
+fn test_namespace(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+async fn api_for(client: &Client, obj: &Value) -> (Api<DynamicObject>, bool) {
+    let (ar, caps) = pinned_kind(client, &gvk_of(obj))
+        .await
+        .unwrap_or_else(|e| panic!("{} is not served: {e}", kind(obj)));
+    match caps.scope {
+        Scope::Cluster => (Api::all_with(client.clone(), &ar), false),
+        Scope::Namespaced => {
+            let ns = obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{} {} has no namespace", kind(obj), name(obj)));
+            (Api::namespaced_with(client.clone(), ns, &ar), true)
+        }
+    }
+}
+
+/// The release's objects in the cluster, and what the test must remove again.
+struct Installed {
+    ns: String,
+    cluster_scoped: Vec<Value>,
+}
+
+impl Installed {
+    async fn cleanup(self, client: &Client) {
+        for o in &self.cluster_scoped {
+            let (api, _) = api_for(client, o).await;
+            let _ = api.delete(name(o), &DeleteParams::default()).await;
+        }
+        let nss: Api<Namespace> = Api::all(client.clone());
+        let _ = nss.delete(&self.ns, &DeleteParams::default()).await;
+    }
+}
+
+/// Server-side applies every object with strict field validation, dry run first, then for real.
+/// Cluster-scoped objects (the ClusterRoles and the binding, which keep their names under
+/// clusterctl and Helm) get this test's namespace as a suffix, so the test does not take over
+/// deploy/base's objects on a shared API server; references to them follow.
+async fn apply_all(client: &Client, mut objs: Vec<Value>, ns: &str) -> Installed {
+    let renamed: BTreeMap<String, String> = objs
+        .iter()
+        .filter(|o| kind(o) == "ClusterRole")
+        .map(|o| (name(o).to_string(), format!("{}-{ns}", name(o))))
+        .collect();
+    for o in objs.iter_mut() {
+        match kind(o) {
+            "ClusterRole" | "ClusterRoleBinding" => {
+                let n = format!("{}-{ns}", name(o));
+                o["metadata"]["name"] = json!(n);
+            }
+            _ => {}
+        }
+        if o["roleRef"]["kind"] == "ClusterRole" {
+            let r = renamed[o["roleRef"]["name"].as_str().unwrap()].clone();
+            o["roleRef"]["name"] = json!(r);
+        }
+    }
+    objs.sort_by_key(|o| kind(o) != "Namespace");
+    let pp = PatchParams::apply(FIELD_MANAGER).validation_strict();
+    let mut installed = Installed {
+        ns: ns.to_string(),
+        cluster_scoped: Vec::new(),
+    };
+    for o in &objs {
+        let what = format!("{} {}", kind(o), name(o));
+        let (api, namespaced) = api_for(client, o).await;
+        if namespaced {
+            assert_eq!(o["metadata"]["namespace"], ns, "{what}");
+        } else if kind(o) != "Namespace" {
+            installed.cluster_scoped.push(o.clone());
+        }
+        api.patch(name(o), &pp.clone().dry_run(), &Patch::Apply(o))
+            .await
+            .unwrap_or_else(|e| panic!("{what}: server-side apply, dry run, strict: {e}"));
+        let stored = api
+            .patch(name(o), &pp, &Patch::Apply(o))
+            .await
+            .unwrap_or_else(|e| panic!("{what}: server-side apply, strict: {e}"));
+        assert!(
+            stored
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .any(|f| f.manager.as_deref() == Some(FIELD_MANAGER)),
+            "{what}: not owned by {FIELD_MANAGER}"
+        );
+    }
+    installed
+}
+
+fn deployment(objs: &[Value]) -> &Value {
+    let ds: Vec<&Value> = objs.iter().filter(|o| kind(o) == "Deployment").collect();
+    assert_eq!(ds.len(), 1, "one Deployment");
+    ds[0]
+}
+
+fn manager(d: &Value) -> &Value {
+    d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "manager")
+        .expect("the container `manager` (clusterctl's contract)")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn service_account_token(client: &Client, ns: &str, sa: &str) -> String {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    sas.create_token_request(
+        sa,
+        &PostParams::default(),
+        &TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("TokenRequest")
+    .status
+    .and_then(|s| s.token)
+    .expect("a token")
+}
+
+/// A kubeconfig for the test API server (its URL and CA) with only the ServiceAccount's token.
+fn service_account_kubeconfig(dir: &Path, token: &str) -> PathBuf {
+    let admin: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(test_support::apiserver::kubeconfig_path()).unwrap(),
+    )
+    .unwrap();
+    let ca = admin["clusters"][0]["cluster"]["certificate-authority-data"]
+        .as_str()
+        .expect("the test kubeconfig carries its CA");
+    let kc = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": test_support::apiserver::url(), "certificate-authority-data": ca}}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "test", "user": "sa"}}],
+        "current-context": "sa",
+    });
+    let path = dir.join("kubeconfig-service-account");
+    std::fs::write(&path, serde_yaml_ng::to_string(&kc).unwrap()).unwrap();
+    path
+}
+
+struct Shim {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Shim {
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Shim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn https() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // As the kubelet's HTTPS probes: the shim's self-signed certificate is not verified.
+    reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap()
+}
+
+/// The release installed by `objs` (already applied into `ns`): the shim runs as the pod would —
+/// the Deployment's args and env, the ServiceAccount's token, the Lease in the pod's namespace —
+/// on loopback (only --status-addr added), until ready and leading; the generated reader role,
+/// bound to that ServiceAccount, opens /metrics.
+async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Installed) {
+    let ns = installed.ns.as_str();
+    let d = deployment(objs);
+    let c = manager(d);
+    let pod = &d["spec"]["template"]["spec"];
+
+    // The pod the Deployment would create is admitted (Pod Security of the namespace included).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let pod_obj = json!({"metadata": {"name": "release-pod-check",
+        "labels": d["spec"]["template"]["metadata"]["labels"]}, "spec": pod});
+    pods.create(&dry, &serde_json::from_value(pod_obj).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("the Deployment's pod is refused: {e}"));
+
+    let sa = pod["serviceAccountName"]
+        .as_str()
+        .expect("serviceAccountName");
+    let token = service_account_token(client, ns, sa).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = service_account_kubeconfig(dir.path(), &token);
+
+    let addr = format!("127.0.0.1:{}", free_port());
+    let hostname = format!("release-test-{ns}");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"));
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args.first(), Some(&"run"), "{args:?}");
+    cmd.args(&args).args(["--status-addr", &addr]);
+    for e in c["env"].as_array().cloned().unwrap_or_default() {
+        let value = match e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+            Some("metadata.namespace") => ns.to_string(),
+            Some(other) => panic!("fieldRef {other}: teach the test"),
+            None => e["value"].as_str().expect("a literal value").to_string(),
+        };
+        cmd.env(e["name"].as_str().unwrap(), value);
+    }
+    let log = dir.path().join("shim.log");
+    let child = cmd
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOSTNAME", &hostname)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("capc-health-shim run");
+    let mut shim = Shim { child, log };
+
+    // The generated reader role, bound (by the test) to the ServiceAccount, for /metrics below.
+    let reader = installed
+        .cluster_scoped
+        .iter()
+        .find(|o| kind(o) == "ClusterRole" && name(o).contains("metrics-reader"))
+        .expect("the release's metrics reader ClusterRole");
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": format!("release-test-reader-{ns}")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name(reader)},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+    });
+    let (bindings, _) = api_for(client, &binding).await;
+    bindings
+        .patch(
+            name(&binding),
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&binding),
+        )
+        .await
+        .expect("reader binding");
+
+    let http = https();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (mut ready, mut leading, mut metrics) = (false, false, String::new());
+    while !(ready && leading && metrics.contains("capc_health_leader 1")) {
+        if let Ok(Some(status)) = shim.child.try_wait() {
+            panic!("run exited with {status}:\n{}", shim.logs());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "within 90 s: ready={ready} leading={leading} metrics={:?}\n{}",
+            metrics
+                .lines()
+                .find(|l| l.starts_with("capc_health_leader")),
+            shim.logs()
+        );
+        ready = matches!(
+            http.get(format!("https://{addr}/readyz")).send().await,
+            Ok(r) if r.status().as_u16() == 200
+        );
+        leading = leases
+            .get_opt("capc-health-shim")
+            .await
+            .expect("GET Lease")
+            .and_then(|l| l.spec?.holder_identity)
+            .as_deref()
+            == Some(hostname.as_str());
+        if ready && leading {
+            if let Ok(r) = http
+                .get(format!("https://{addr}/metrics"))
+                .bearer_auth(&token)
+                .send()
+                .await
+            {
+                if r.status().as_u16() == 200 {
+                    metrics = r.text().await.unwrap_or_default();
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let _ = bindings
+        .delete(name(&binding), &DeleteParams::default())
+        .await;
+    drop(shim);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn clusterctl_components_apply_strictly_and_the_shim_runs_as_their_service_account() {
+    let client = kube_client().await;
+    let repo = tempfile::tempdir().unwrap();
+    let written = tool(&["manifests", "--out", repo.path().to_str().unwrap()]);
+    let files: Vec<&str> = written.lines().collect();
+    assert_eq!(files.len(), 2, "{written}");
+    for (f, want) in files.iter().zip(["addon-components.yaml", "metadata.yaml"]) {
+        let p = Path::new(f);
+        assert_eq!(p.file_name().unwrap(), want);
+        // clusterctl's local repository layout: <provider-label>/<version>/<file>
+        let version = p.parent().unwrap();
+        assert_eq!(
+            version.parent().unwrap().file_name().unwrap(),
+            "addon-capc-health-shim"
+        );
+        assert_eq!(
+            version.file_name().unwrap().to_str().unwrap(),
+            format!("v{}", env!("CARGO_PKG_VERSION"))
+        );
+    }
+
+    // What `clusterctl init --addon capc-health-shim --target-namespace <ns>` applies.
+    let ns = test_namespace("release-clusterctl");
+    let processed = tool(&[
+        "clusterctl",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--target-namespace",
+        &ns,
+    ]);
+    assert!(!processed.contains("${"), "a variable left: {processed}");
+    let objs = docs(&processed);
+    let namespaces: Vec<&Value> = objs.iter().filter(|o| kind(o) == "Namespace").collect();
+    assert_eq!(namespaces.len(), 1);
+    assert_eq!(name(namespaces[0]), ns);
+    for o in &objs {
+        assert_eq!(
+            o["metadata"]["labels"]["cluster.x-k8s.io/provider"],
+            "addon-capc-health-shim",
+            "{} {}",
+            kind(o),
+            name(o)
+        );
+    }
+    // Defaults: the base's image and log filter.
+    let c = manager(deployment(&objs));
+    assert_eq!(
+        c["image"],
+        "ghcr.io/capc-health-shim/capc-health-shim:v0.1.0"
+    );
+
+    let installed = apply_all(&client, objs.clone(), &ns).await;
+    run_as_the_release(&client, &objs, &installed).await;
+    installed.cleanup(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn the_helm_charts_default_render_applies_strictly_and_the_shim_runs_as_its_service_account()
+{
+    let client = kube_client().await;
+    let ns = test_namespace("release-helm");
+    let rendered = tool(&["helm-template", "--namespace", &ns]);
+    let objs = docs(&rendered);
+    assert!(
+        !objs.iter().any(|o| kind(o) == "Namespace"),
+        "the chart creates no Namespace by default (helm install --create-namespace does)"
+    );
+    for want in [
+        "Deployment",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "Service",
+    ] {
+        assert!(objs.iter().any(|o| kind(o) == want), "{want} rendered");
+    }
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+    )
+    .await
+    .expect("the release namespace");
+    let installed = apply_all(&client, objs.clone(), &ns).await;
+    run_as_the_release(&client, &objs, &installed).await;
+    installed.cleanup(&client).await;
+}
+
+/// `extraCA` of the chart: the CA Secret's files are mounted and SSL_CERT_DIR names the mount next
+/// to the system CAs, which the shim's CloudStack client (rustls with the platform verifier)
+/// reads. Checked with `capc-health-shim check`, which builds that client as `run` does, against
+/// cloudstack-sim over HTTPS with a certificate of this test: trusted with the chart's
+/// SSL_CERT_DIR (the mount path mapped to a directory holding the Secret's key as a file), refused
+/// without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Go and the module proxy for hack/release: `make test` runs it"]
+async fn the_charts_extra_ca_is_trusted_by_the_shims_cloudstack_client() {
+    use cloudstack_sim::{self as sim, Simulator, World};
+    let rendered = tool(&[
+        "helm-template",
+        "--namespace",
+        "capc-health-shim-system",
+        "--set",
+        "extraCA.secretName=corporate-ca",
+    ]);
+    let objs = docs(&rendered);
+    let d = deployment(&objs);
+    let c = manager(d);
+    let mount = c["volumeMounts"]
+        .as_array()
+        .expect("volumeMounts")
+        .iter()
+        .find(|m| m["name"] == "extra-ca")
+        .expect("the extra CA mount");
+    let mount_path = mount["mountPath"].as_str().unwrap();
+    let volume = d["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "extra-ca")
+        .expect("the extra CA volume");
+    assert_eq!(volume["secret"]["secretName"], "corporate-ca");
+    let cert_dir = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "SSL_CERT_DIR")
+        .and_then(|e| e["value"].as_str())
+        .expect("SSL_CERT_DIR");
+    assert!(
+        cert_dir.split(':').any(|p| p == mount_path),
+        "{cert_dir} names {mount_path}"
+    );
+
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let tls = sim::tls_config(
+        cert.cert.pem().as_bytes(),
+        cert.signing_key.serialize_pem().as_bytes(),
+    )
+    .unwrap();
+    let world = World::default_world("ca-key", "ca-secret", sim::real_now_ms());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = sim::serve_tls(listener, Simulator::with_time_scale(world, 0.0), tls)
+        .await
+        .unwrap();
+    assert!(server.api_url().starts_with("https://"));
+
+    // The Secret as the kubelet mounts it: one file per key.
+    let secret_dir = tempfile::tempdir().unwrap();
+    std::fs::write(secret_dir.path().join("ca.crt"), cert.cert.pem()).unwrap();
+    let mapped = cert_dir.replace(mount_path, secret_dir.path().to_str().unwrap());
+    let check = |cert_dir: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"));
+        cmd.args(["check", "--polls", "1"])
+            .env("CLOUDSTACK_API_URL", server.api_url())
+            .env("CLOUDSTACK_API_KEY", "ca-key")
+            .env("CLOUDSTACK_SECRET_KEY", "ca-secret")
+            .env_remove("SSL_CERT_FILE")
+            .env_remove("SSL_CERT_DIR");
+        if let Some(d) = cert_dir {
+            cmd.env("SSL_CERT_DIR", d);
+        }
+        cmd.output().expect("check runs")
+    };
+    let trusted = check(Some(&mapped));
+    assert_eq!(
+        trusted.status.code(),
+        Some(0),
+        "with the chart's SSL_CERT_DIR: {}",
+        String::from_utf8_lossy(&trusted.stderr)
+    );
+    let refused = check(None);
+    let err = String::from_utf8_lossy(&refused.stderr).to_lowercase();
+    assert_eq!(refused.status.code(), Some(3), "unreachable: {err}");
+    assert!(err.contains("certificate"), "{err}");
+    server.shutdown().await;
+}
