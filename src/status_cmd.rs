@@ -36,19 +36,64 @@ pub mod exit {
     pub const REFUSED: u8 = 4;
 }
 
+/// Where and how to ask a running shim for its `/status`: the flags `status` and `orphans`
+/// share.
 #[derive(Debug, Clone, Args)]
-pub struct StatusArgs {
+pub struct ShimConnection {
     /// The shim's address, e.g. https://localhost:8443 (`/status` is appended when the URL
     /// has no path).
     #[arg(long, env = "CAPC_HEALTH_SHIM_URL")]
     pub url: String,
-    #[arg(short = 'o', long, value_enum, default_value = "table")]
-    pub output: OutputFormat,
     /// Timeout of the whole request.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub timeout: SignedDuration,
     #[command(flatten)]
     pub auth: ClientAuthArgs,
+}
+
+impl ShimConnection {
+    /// Fetches `/status` and prints what `render` makes of it; returns the exit code
+    /// ([`exit`]). `command` begins every message on stderr.
+    pub async fn print(&self, command: &str, render: impl FnOnce(&StatusReport) -> String) -> u8 {
+        let url = match status_url(&self.url) {
+            Ok(u) => u,
+            Err(e) => {
+                eprintln!("{command}: {e}");
+                return exit::USAGE;
+            }
+        };
+        let timeout = Duration::try_from(self.timeout).unwrap_or(Duration::from_secs(5));
+        let opts = match self.auth.options(&url, timeout) {
+            Ok((opts, warnings)) => {
+                for w in warnings {
+                    eprintln!("{command}: warning: {w}");
+                }
+                opts
+            }
+            Err(e) => {
+                eprintln!("{command}: {e}");
+                return exit::USAGE;
+            }
+        };
+        match fetch(&url, &opts).await {
+            Ok(report) => {
+                print!("{}", render(&report));
+                exit::RENDERED
+            }
+            Err(e) => {
+                eprintln!("{command}: {}", e.message());
+                e.exit_code()
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub shim: ShimConnection,
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: OutputFormat,
 }
 
 /// Terminal-safe: control characters (newlines, escapes) become spaces.
@@ -307,36 +352,7 @@ pub fn render(r: &StatusReport, format: OutputFormat) -> String {
 
 /// `capc-health-shim status`.
 pub async fn main(args: StatusArgs) -> u8 {
-    let url = match status_url(&args.url) {
-        Ok(u) => u,
-        Err(e) => {
-            eprintln!("status: {e}");
-            return exit::USAGE;
-        }
-    };
-    let timeout = Duration::try_from(args.timeout).unwrap_or(Duration::from_secs(5));
-    let opts = match args.auth.options(&url, timeout) {
-        Ok((opts, warnings)) => {
-            for w in warnings {
-                eprintln!("status: warning: {w}");
-            }
-            opts
-        }
-        Err(e) => {
-            eprintln!("status: {e}");
-            return exit::USAGE;
-        }
-    };
-    match fetch(&url, &opts).await {
-        Ok(report) => {
-            print!("{}", render(&report, args.output));
-            exit::RENDERED
-        }
-        Err(e) => {
-            eprintln!("status: {}", e.message());
-            e.exit_code()
-        }
-    }
+    args.shim.print("status", |r| render(r, args.output)).await
 }
 
 #[cfg(test)]

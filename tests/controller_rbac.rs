@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use capc_health_shim::k8s::capi::Mode;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -295,23 +294,7 @@ async fn service_account_client(admin: &kube::Client, ns: &str) -> kube::Client 
     )
     .await
     .expect("ServiceAccount");
-    let token = sas
-        .create_token_request(
-            "capc-health-shim",
-            &PostParams::default(),
-            &TokenRequest {
-                spec: Some(TokenRequestSpec {
-                    expiration_seconds: Some(3600),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("token")
-        .status
-        .and_then(|s| s.token)
-        .expect("a token");
+    let token = kube_support::service_account_token(admin, ns, "capc-health-shim").await;
 
     // Same server and CA as the admin kubeconfig, authenticated as the ServiceAccount.
     let mut cfg = kube::Config::from_custom_kubeconfig(

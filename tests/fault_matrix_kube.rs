@@ -140,14 +140,6 @@ impl Drop for Row {
 // ---------------------------------------------------------------------------------------------
 // The shim as a process.
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Shim {
     name: String,
     child: Child,
@@ -166,7 +158,7 @@ impl Shim {
             .append(true)
             .open(&log)
             .expect("log file");
-        let addr = format!("127.0.0.1:{}", free_port());
+        let addr = format!("127.0.0.1:{}", kube_support::free_port());
         let mut all = vec![
             "--log",
             "info,capc_health_shim=debug",
@@ -1796,6 +1788,7 @@ async fn writer(
     own_type: String,
     dropper: bool,
     period: Duration,
+    start_after: Duration,
     stop: Arc<AtomicBool>,
 ) -> WriterOutcome {
     let params = PatchParams {
@@ -1804,6 +1797,7 @@ async fn writer(
     };
     let mut out = WriterOutcome::default();
     let mut tick = 0;
+    tokio::time::sleep(start_after).await;
     while !stop.load(Ordering::SeqCst) {
         tick += 1;
         loop {
@@ -1963,6 +1957,14 @@ async fn flood(droppers: usize) {
                 Duration::from_secs(2)
             } else {
                 Duration::from_millis(50)
+            },
+            // Droppers staggered over their period: in lockstep the second always found the
+            // shim's condition already dropped by the first, never wrote, and its own condition
+            // was missing at the end (seen once under load).
+            if dropper {
+                Duration::from_secs(2) * i as u32 / droppers as u32
+            } else {
+                Duration::ZERO
             },
             stop.clone(),
         )));

@@ -13,12 +13,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use capc_health_shim::http::auth::{DENY_TTL, READER_CLUSTER_ROLE};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::Client;
-use kube_support::kube_client;
+use kube_support::{free_port, https_accepting_self_signed, kube_client, service_account_token};
 use serde_json::{json, Value};
 use test_support::proxy::CutProxy;
 
@@ -26,14 +25,6 @@ use test_support::proxy::CutProxy;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `capc-health-shim run` as a process, killed when dropped; its log in a file.
 struct Shim {
@@ -80,7 +71,7 @@ impl Shim {
 
     /// Until `/readyz` answers 200 over HTTPS without any token.
     async fn wait_ready(&mut self) {
-        let client = https();
+        let client = https_accepting_self_signed(Duration::from_secs(15));
         let until = Instant::now() + DEADLINE;
         loop {
             if let Some((200, body)) = get(&client, &self.url("/readyz"), None).await {
@@ -105,16 +96,6 @@ impl Drop for Shim {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// An HTTPS client that accepts the shim's self-signed certificate.
-fn https() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .tls_danger_accept_invalid_certs(true)
-        .timeout(Duration::from_secs(15))
-        .build()
-        .expect("client")
 }
 
 /// GET with an optional bearer token: status and body, `None` when nothing answered HTTP.
@@ -208,24 +189,7 @@ impl Accounts {
             )
             .await
             .expect("ServiceAccount");
-            let token = sas
-                .create_token_request(
-                    name,
-                    &PostParams::default(),
-                    &TokenRequest {
-                        spec: Some(TokenRequestSpec {
-                            expiration_seconds: Some(3600),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                )
-                .await
-                .expect("token")
-                .status
-                .and_then(|s| s.token)
-                .expect("a token");
-            tokens.push(token);
+            tokens.push(service_account_token(&client, &ns, name).await);
         }
         // The shipped role under a name of this test, so parallel runs never collide.
         let mut role = shipped_reader_role();
@@ -292,7 +256,7 @@ async fn token_reviews() -> f64 {
         .to_path_buf();
     let admin = std::fs::read_to_string(dir.join("token")).expect("token next to the kubeconfig");
     let (code, text) = get(
-        &https(),
+        &https_accepting_self_signed(Duration::from_secs(15)),
         &format!("{}/metrics", test_support::apiserver::url()),
         Some(admin.trim()),
     )
@@ -321,7 +285,7 @@ async fn status_and_metrics_need_a_token_the_api_server_authorizes() {
     );
     // Ready over HTTPS with no token at all: the probes stay open.
     shim.wait_ready().await;
-    let c = https();
+    let c = https_accepting_self_signed(Duration::from_secs(15));
     assert_eq!(
         get(&c, &shim.url("/healthz"), None).await,
         Some((200, "ok\n".to_string()))
@@ -538,7 +502,7 @@ async fn a_review_the_api_server_cannot_answer_is_503_never_a_pass() {
     let kubeconfig = proxy.kubeconfig(dir.path());
     let mut shim = Shim::start(&kubeconfig, &a.ns, dir.path(), &["--kube-timeout", "2s"]);
     shim.wait_ready().await;
-    let c = https();
+    let c = https_accepting_self_signed(Duration::from_secs(15));
 
     // The API server unreachable: a token not seen before cannot be reviewed.
     proxy.cut();

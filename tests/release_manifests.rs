@@ -17,14 +17,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{pinned_kind, Scope};
 use kube::Client;
-use kube_support::kube_client;
+use kube_support::{
+    free_port, https_accepting_self_signed, kube_client, service_account_token, token_kubeconfig,
+};
 use serde_json::{json, Value};
 
 const FIELD_MANAGER: &str = "capc-health-shim-release-test";
@@ -202,56 +203,6 @@ fn manager(d: &Value) -> &Value {
         .expect("the container `manager` (clusterctl's contract)")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn service_account_token(client: &Client, ns: &str, sa: &str) -> String {
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    sas.create_token_request(
-        sa,
-        &PostParams::default(),
-        &TokenRequest {
-            spec: Some(TokenRequestSpec {
-                expiration_seconds: Some(3600),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("TokenRequest")
-    .status
-    .and_then(|s| s.token)
-    .expect("a token")
-}
-
-/// A kubeconfig for the test API server (its URL and CA) with only the ServiceAccount's token.
-fn service_account_kubeconfig(dir: &Path, token: &str) -> PathBuf {
-    let admin: Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(test_support::apiserver::kubeconfig_path()).unwrap(),
-    )
-    .unwrap();
-    let ca = admin["clusters"][0]["cluster"]["certificate-authority-data"]
-        .as_str()
-        .expect("the test kubeconfig carries its CA");
-    let kc = json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "test", "cluster": {
-            "server": test_support::apiserver::url(), "certificate-authority-data": ca}}],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "test", "user": "sa"}}],
-        "current-context": "sa",
-    });
-    let path = dir.join("kubeconfig-service-account");
-    std::fs::write(&path, serde_yaml_ng::to_string(&kc).unwrap()).unwrap();
-    path
-}
-
 struct Shim {
     child: Child,
     log: PathBuf,
@@ -268,16 +219,6 @@ impl Drop for Shim {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn https() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    // As the kubelet's HTTPS probes: the shim's self-signed certificate is not verified.
-    reqwest::Client::builder()
-        .tls_danger_accept_invalid_certs(true)
-        .timeout(Duration::from_secs(3))
-        .build()
-        .unwrap()
 }
 
 /// The release installed by `objs` (already applied into `ns`): the shim runs as the pod would —
@@ -307,7 +248,7 @@ async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Install
         .expect("serviceAccountName");
     let token = service_account_token(client, ns, sa).await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = service_account_kubeconfig(dir.path(), &token);
+    let kubeconfig = token_kubeconfig(dir.path(), &token);
 
     let addr = format!("127.0.0.1:{}", free_port());
     let hostname = format!("release-test-{ns}");
@@ -362,7 +303,7 @@ async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Install
         .await
         .expect("reader binding");
 
-    let http = https();
+    let http = https_accepting_self_signed(Duration::from_secs(3));
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
     let deadline = Instant::now() + Duration::from_secs(90);
     let (mut ready, mut leading, mut metrics) = (false, false, String::new());

@@ -11,14 +11,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube_support::{http_get, is, kube_client, Fixture};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn the_binary_leads_publishes_reports_and_stops_cleanly() {
@@ -34,7 +26,7 @@ async fn the_binary_leads_publishes_reports_and_stops_cleanly() {
     f.machine("m-error", Some("vm-error"), false, "fd1").await;
     f.machine("m-ok", Some("vm-ok"), false, "fd1").await;
 
-    let port = free_port();
+    let port = kube_support::free_port();
     let addr = format!("127.0.0.1:{port}");
     let lease_name = format!("shim-{}", f.ns);
     let mut child = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))

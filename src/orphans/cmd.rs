@@ -3,30 +3,20 @@
 //! runs them (the shim's CloudStack role cannot destroy anything anyway).
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use clap::Args;
-use jiff::SignedDuration;
 
 use crate::check::OutputFormat;
-use crate::cli::parse_duration;
 use crate::status::{OrphanReport, StatusReport};
-use crate::status_cmd::{cell, exit, fetch, status_url, table, time, ClientAuthArgs};
+use crate::status_cmd::{cell, table, time, ShimConnection};
 
 #[derive(Debug, Clone, Args)]
 pub struct OrphansArgs {
-    /// The shim's address, e.g. https://localhost:8443 (`/status` is appended when the URL has
-    /// no path).
-    #[arg(long, env = "CAPC_HEALTH_SHIM_URL")]
-    pub url: String,
+    #[command(flatten)]
+    pub shim: ShimConnection,
     /// `table` (with the CloudMonkey commands) or `json` (the `orphans` section of `/status`).
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: OutputFormat,
-    /// Timeout of the whole request.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub timeout: SignedDuration,
-    #[command(flatten)]
-    pub auth: ClientAuthArgs,
 }
 
 /// A CloudStack id is a UUID (or, in old clouds, a number): anything else is not put in a
@@ -135,36 +125,7 @@ pub fn render(r: &StatusReport, format: OutputFormat) -> String {
 
 /// `capc-health-shim orphans`: exit codes as `status`.
 pub async fn main(args: OrphansArgs) -> u8 {
-    let url = match status_url(&args.url) {
-        Ok(u) => u,
-        Err(e) => {
-            eprintln!("orphans: {e}");
-            return exit::USAGE;
-        }
-    };
-    let timeout = Duration::try_from(args.timeout).unwrap_or(Duration::from_secs(5));
-    let opts = match args.auth.options(&url, timeout) {
-        Ok((opts, warnings)) => {
-            for w in warnings {
-                eprintln!("orphans: warning: {w}");
-            }
-            opts
-        }
-        Err(e) => {
-            eprintln!("orphans: {e}");
-            return exit::USAGE;
-        }
-    };
-    match fetch(&url, &opts).await {
-        Ok(report) => {
-            print!("{}", render(&report, args.output));
-            exit::RENDERED
-        }
-        Err(e) => {
-            eprintln!("orphans: {}", e.message());
-            e.exit_code()
-        }
-    }
+    args.shim.print("orphans", |r| render(r, args.output)).await
 }
 
 #[cfg(test)]

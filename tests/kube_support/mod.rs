@@ -485,3 +485,66 @@ pub fn annotate_mode(f: &Fixture) -> bool {
     assert_eq!(annotate, !capi_1_13(), "profile {}", profile());
     annotate
 }
+
+/// A free loopback port (bound, then released for the process under test).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A token (TokenRequest, valid an hour) of the ServiceAccount `sa` in `ns`.
+pub async fn service_account_token(client: &Client, ns: &str, sa: &str) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), ns);
+    sas.create_token_request(
+        sa,
+        &PostParams::default(),
+        &TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("TokenRequest")
+    .status
+    .and_then(|s| s.token)
+    .expect("a token")
+}
+
+/// A kubeconfig in `dir` for the test API server (its URL and CA) that carries only `token`.
+pub fn token_kubeconfig(dir: &std::path::Path, token: &str) -> std::path::PathBuf {
+    let admin: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(test_support::apiserver::kubeconfig_path()).unwrap(),
+    )
+    .unwrap();
+    let ca = admin["clusters"][0]["cluster"]["certificate-authority-data"]
+        .as_str()
+        .expect("the test kubeconfig carries its CA");
+    let kc = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {
+            "server": test_support::apiserver::url(), "certificate-authority-data": ca}}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "test", "user": "sa"}}],
+        "current-context": "sa",
+    });
+    let path = dir.join("kubeconfig-service-account");
+    std::fs::write(&path, serde_yaml_ng::to_string(&kc).unwrap()).unwrap();
+    path
+}
+
+/// An HTTPS client that accepts the shim's self-signed certificate, as the kubelet's probes do.
+pub fn https_accepting_self_signed(timeout: Duration) -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .tls_danger_accept_invalid_certs(true)
+        .timeout(timeout)
+        .build()
+        .expect("HTTPS client")
+}
