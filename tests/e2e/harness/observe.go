@@ -106,6 +106,10 @@ func (r *Recorder) step(ctx context.Context) error {
 	if err := r.c.List(ctx, &list, client.InNamespace(r.namespace)); err != nil {
 		return err
 	}
+	// The same Machines as the MHC's API version serves them, read right after: the evidence
+	// comes from this snapshot, not from a read after the fact — a Machine the MHC just marked
+	// can be deleted and gone within one step (seen on CAPI v1.13: "read failed: not found").
+	snapshot := r.snapshot(ctx)
 	now := time.Now()
 	seen := map[string]bool{}
 	r.mu.Lock()
@@ -136,7 +140,7 @@ func (r *Recorder) step(ctx context.Context) error {
 					rec.ShimFalse, rec.ShimReason, rec.ShimMessage = now, c.Reason, c.Message
 					// Where the False landed, read now: by the time the MHC acts the owner may
 					// already be deleting the Machine and the shim saying Unknown.
-					rec.landed = r.evidence(ctx, m.Name, r.conditionType)
+					rec.landed = r.evidence(ctx, snapshot, m.Name, r.conditionType)
 				}
 			}
 		}
@@ -149,7 +153,7 @@ func (r *Recorder) step(ctx context.Context) error {
 			r.tl.Add(fmt.Sprintf("MachineHealthCheck marks %s unhealthy (%s: %s)", m.Name, reason, message))
 			if !rec.ShimFalse.IsZero() {
 				rec.Evidence = "when the shim said False: " + rec.landed + "; when the MHC marked it: " +
-					r.evidence(ctx, m.Name, string(clusterv1.MachineHealthCheckSucceededCondition))
+					r.evidence(ctx, snapshot, m.Name, string(clusterv1.MachineHealthCheckSucceededCondition))
 				r.tl.Add(fmt.Sprintf("on %s as %s: %s", m.Name, r.machineVersion, rec.Evidence))
 			}
 		}
@@ -229,14 +233,34 @@ func mhcUnhealthy(m *clusterv1.Machine) (reason, message string, ok bool) {
 	return "", "", false
 }
 
-// evidence reads the Machine in the MHC's API version and says where a condition type is
-// (every condition list of the object is searched) and what it says.
-func (r *Recorder) evidence(ctx context.Context, name, conditionType string) string {
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(clusterv1.GroupVersion.Group + "/" + r.machineVersion)
-	u.SetKind("Machine")
-	if err := r.c.Get(ctx, client.ObjectKey{Namespace: r.namespace, Name: name}, u); err != nil {
-		return "read failed: " + err.Error()
+// snapshot lists the namespace's Machines in the MHC's API version, by name (empty when the
+// list fails: evidence then reads each Machine on its own).
+func (r *Recorder) snapshot(ctx context.Context) map[string]*unstructured.Unstructured {
+	list := &unstructured.UnstructuredList{}
+	list.SetAPIVersion(clusterv1.GroupVersion.Group + "/" + r.machineVersion)
+	list.SetKind("MachineList")
+	out := map[string]*unstructured.Unstructured{}
+	if err := r.c.List(ctx, list, client.InNamespace(r.namespace)); err != nil {
+		return out
+	}
+	for i := range list.Items {
+		out[list.Items[i].GetName()] = &list.Items[i]
+	}
+	return out
+}
+
+// evidence says where a condition type is on the Machine as the MHC's API version serves it
+// (every condition list of the object is searched) and what it says: from snapshot, or read
+// now when the snapshot does not have the Machine.
+func (r *Recorder) evidence(ctx context.Context, snapshot map[string]*unstructured.Unstructured, name, conditionType string) string {
+	u, ok := snapshot[name]
+	if !ok {
+		u = &unstructured.Unstructured{}
+		u.SetAPIVersion(clusterv1.GroupVersion.Group + "/" + r.machineVersion)
+		u.SetKind("Machine")
+		if err := r.c.Get(ctx, client.ObjectKey{Namespace: r.namespace, Name: name}, u); err != nil {
+			return "read failed: " + err.Error()
+		}
 	}
 	var parts []string
 	for _, path := range conditionPaths {
