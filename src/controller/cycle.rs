@@ -3,11 +3,10 @@
 //! 1. [gather](super::gather): watched objects → targets; credentials → scopes.
 //! 2. [poll](super::poll): one CloudStack listing per scope into the VM histories; then
 //!    [probing](super::probing): the opt-in guest probe collects answers and starts due
-//!    probes (it also steps between cycles).
+//!    probes (it also steps between cycles); then [orphans](super::orphans): the listings and
+//!    the watched CloudStackMachines into the orphan report.
 //! 3. [decide](super::decide): the one decision pipeline (`verdict::decide`), with the
 //!    NodeNotLinked lookup between its passes.
-//!    Then [orphans](super::orphans): the listings and the watched CloudStackMachines into the
-//!    orphan report.
 //! 4. [act](super::act): condition writes, Events, the remediate annotation — each behind the
 //!    leader Lease and its own timeout; then one Event per newly reported orphan.
 //! 5. [report](super::report): `/status` and the verdict gauges.

@@ -305,14 +305,15 @@ impl OrphanFinder {
     /// Drops CloudStackMachines (and Clusters) gone longer than [`MEMORY`] whose VMs are not
     /// suspect.
     fn forget(&mut self, now: Timestamp) {
-        let suspected: BTreeSet<&str> = self
+        // By (namespace, name), so the check per remembered CloudStackMachine allocates nothing.
+        let suspected: BTreeSet<(&str, &str)> = self
             .suspects
             .values()
-            .map(|s| s.cloudstack_machine.as_str())
+            .filter_map(|s| s.cloudstack_machine.split_once('/'))
             .collect();
         self.owners.retain(|(ns, name), o| {
             o.gone_since.is_none_or(|t| now.duration_since(t) < MEMORY)
-                || suspected.contains(format!("{ns}/{name}").as_str())
+                || suspected.contains(&(ns.as_str(), name.as_str()))
         });
         let clusters_in_use: BTreeSet<(&str, &str)> = self
             .owners
