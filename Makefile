@@ -7,6 +7,13 @@ APISERVER_PROFILE ?= capi-1.9
 APISERVER_RUN := target/hack/apiserver-run
 ## Long builds print "still building <what>: 2m30s elapsed" every 30 s (hack/progress.sh).
 PROGRESS := $(CURDIR)/hack/progress.sh
+## Go builds resolve modules from go.mod (-mod=mod) and keep file paths out of the binaries and
+## out of Go's build-cache keys (-trimpath), so the build cache also serves a build whose modules
+## were downloaded into another module cache (CI downloads into a fresh one every run); the sources
+## are still downloaded and checked against go.sum each time. GOFLAGS from the environment is kept
+## (CI adds -modcacherw so its module cache can be deleted).
+GO_BUILD_FLAGS := -mod=mod -trimpath $(GOFLAGS)
+export GO_BUILD_FLAGS
 ## The Python packages of the conformance test live in a virtual environment of their own,
 ## made (and refreshed when the requirements change) by hack/venv.sh.
 VENV := target/venv
@@ -42,10 +49,10 @@ demo-sim: build
 test: test-release test-rust test-conformance test-e2e
 
 ## The e2e harness is a Go module of its own (tests/e2e); Go fetches its modules from the proxy.
-E2E_GO := cd tests/e2e && GOFLAGS=-mod=mod GOWORK=off $(GO)
-E2E_BUILD := cd tests/e2e && GOFLAGS=-mod=mod GOWORK=off $(PROGRESS)
-E2E_GO_113 := cd tests/e2e && CAPC_E2E_CAPI=1.13 GOFLAGS=-mod=mod GOWORK=off $(GO)
-E2E_GO_114 := cd tests/e2e && CAPC_E2E_CAPI=1.14 GOFLAGS=-mod=mod GOWORK=off $(GO)
+E2E_GO := cd tests/e2e && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
+E2E_BUILD := cd tests/e2e && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(PROGRESS)
+E2E_GO_113 := cd tests/e2e && CAPC_E2E_CAPI=1.13 GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
+E2E_GO_114 := cd tests/e2e && CAPC_E2E_CAPI=1.14 GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
 E2E_CI_SCENARIOS ?= TestManagement|TestScenario1WorkerNICDown|TestScenario3FirstControlPlaneNICDown|TestScenario7APIOutageAnd429|TestScenario8DeletionRaces
 
 ## compile the e2e packages and test binaries once (cached by Go), so test time is test time;
@@ -53,12 +60,12 @@ E2E_CI_SCENARIOS ?= TestManagement|TestScenario1WorkerNICDown|TestScenario3First
 e2e-build:
 	$(E2E_BUILD) "the e2e harness (CAPI/CAPC Go modules)" $(GO) build ./...
 	$(E2E_BUILD) "the e2e test binaries" $(GO) test -count=1 -exec /bin/true ./... >/dev/null
-	cd tests/e2e/capi-core && GOFLAGS=-mod=mod GOWORK=off $(PROGRESS) "CAPI v1.13 core (tests/e2e/capi-core)" $(GO) build -o $(CURDIR)/target/e2e/bin/capi-core-v1.13 .
+	cd tests/e2e/capi-core && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(PROGRESS) "CAPI v1.13 core (tests/e2e/capi-core)" $(GO) build -o $(CURDIR)/target/e2e/bin/capi-core-v1.13 .
 
 ## process B for CAPI v1.14.2: the same source with -tags capi114 and its own pins (go.capi114.mod);
 ## make e2e and the v1.14 demo only (CI's make test runs v1.9 and v1.13)
 e2e-build-114:
-	cd tests/e2e/capi-core && GOFLAGS=-mod=mod GOWORK=off $(PROGRESS) "CAPI v1.14 core (tests/e2e/capi-core)" $(GO) build -modfile=go.capi114.mod -tags capi114 -o $(CURDIR)/target/e2e/bin/capi-core-v1.14 .
+	cd tests/e2e/capi-core && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(PROGRESS) "CAPI v1.14 core (tests/e2e/capi-core)" $(GO) build -modfile=go.capi114.mod -tags capi114 -o $(CURDIR)/target/e2e/bin/capi-core-v1.14 .
 
 ## the CAPI v1.13 stack (CAPI core in its own process, condition mode): scenarios 1 and 8 in make test
 E2E_CI_SCENARIOS_113 ?= TestManagement|TestScenario1WorkerNICDown|TestScenario8DeletionRaces
@@ -125,7 +132,7 @@ apiserver: apiserver-runner
 
 ## the runner itself (small; rebuilt every time, go's build cache makes that instant)
 apiserver-runner:
-	cd hack/apiserver/run && GOFLAGS=-mod=mod GOWORK=off $(PROGRESS) "the API server runner (hack/apiserver/run)" $(GO) build -o $(CURDIR)/$(APISERVER_RUN) .
+	cd hack/apiserver/run && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(PROGRESS) "the API server runner (hack/apiserver/run)" $(GO) build -o $(CURDIR)/$(APISERVER_RUN) .
 
 ## build (or find cached) etcd + kube-apiserver only
 apiserver-build: apiserver-runner
@@ -158,8 +165,8 @@ release:
 ## target/release-manifests/addon-capc-health-shim/v<version>/ holding addon-components.yaml and
 ## metadata.yaml (the two assets a release publishes; not committed), and the Helm chart
 ## deploy/helm/capc-health-shim (committed; `make test` fails when it is not what deploy/base makes).
-RELEASE_GO := cd hack/release && GOFLAGS=-mod=mod GOWORK=off $(GO)
-RELEASE_BUILD := cd hack/release && GOFLAGS=-mod=mod GOWORK=off $(PROGRESS)
+RELEASE_GO := cd hack/release && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
+RELEASE_BUILD := cd hack/release && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(PROGRESS)
 RELEASE_MANIFESTS := target/release-manifests
 release-manifests:
 	$(RELEASE_BUILD) "hack/release (kustomize, clusterctl, Helm modules)" $(GO) build -o $(CURDIR)/target/hack/release-tool .
@@ -185,10 +192,15 @@ image:
 ## condition upsert), FUZZ_SECONDS each (default 20), on the stable toolchain (`cargo fuzz -s none`,
 ## cargo-fuzz from crates.io on first use); seeds from the fixtures into target/fuzz-corpus/;
 ## writes target/fuzz/report.json; fails when a target crashes (input in target/fuzz/artifacts/).
+## cargo-fuzz is installed into target/tools (pinned, from crates.io) on first use: never taken
+## from the PATH, so a copy someone installed by hand cannot hide the install step.
 FUZZ_SECONDS ?= 20
+CARGO_FUZZ_VERSION := 0.13.1
+FUZZ_TOOLS := $(CURDIR)/target/tools
 fuzz:
-	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
-	FUZZ_SECONDS=$(FUZZ_SECONDS) $(PYTHON) fuzz/run.py
+	@test -x $(FUZZ_TOOLS)/bin/cargo-fuzz || $(PROGRESS) "cargo-fuzz $(CARGO_FUZZ_VERSION) (cargo install, first use)" \
+		$(CARGO) install --locked --quiet --root $(FUZZ_TOOLS) --version $(CARGO_FUZZ_VERSION) cargo-fuzz
+	PATH="$(FUZZ_TOOLS)/bin:$$PATH" FUZZ_SECONDS=$(FUZZ_SECONDS) $(PYTHON) fuzz/run.py
 
 lint:
 	$(CARGO) fmt --all -- --check

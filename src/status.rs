@@ -150,6 +150,10 @@ pub struct ScopeReport {
     /// VMs whose statistics the last poll asked for (Machines without a Node).
     #[serde(default)]
     pub stats_vms_asked: usize,
+    /// The Secrets (`namespace/name`) whose credentials this scope polls with: every failure
+    /// domain's Secret carrying the same key shares one listing.
+    #[serde(default)]
+    pub secrets: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -128,6 +128,7 @@ fn report() -> StatusReport {
                     retention_minutes: Some(720),
                 }),
                 stats_vms_asked: 1,
+                secrets: vec!["prod/cloudstack-creds".into()],
             },
             ScopeReport {
                 key: "https://cs.example/client/api zone=z2".into(),
@@ -146,6 +147,10 @@ fn report() -> StatusReport {
                 next_poll: None,
                 stats: None,
                 stats_vms_asked: 0,
+                secrets: vec![
+                    "staging/cloudstack-creds".into(),
+                    "team-b/cloudstack-creds".into(),
+                ],
             },
         ],
         failure_domains: vec![FailureDomainReport {

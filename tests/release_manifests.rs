@@ -41,7 +41,12 @@ fn release_tool() -> &'static Path {
             .arg(&out)
             .arg(".")
             .current_dir(Path::new(REPO).join("hack/release"))
-            .env("GOFLAGS", "-mod=mod")
+            // The Makefile's flags (-trimpath among them), so this build shares Go's build cache
+            // with `make release-manifests` and `make test-release` instead of compiling again.
+            .env(
+                "GOFLAGS",
+                std::env::var("GO_BUILD_FLAGS").unwrap_or_else(|_| "-mod=mod -trimpath".into()),
+            )
             .env("GOWORK", "off")
             .status()
             .expect("go (1.25+) runs: hack/release is a Go module");

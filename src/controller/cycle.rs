@@ -46,6 +46,9 @@ pub struct Controller {
     pub(super) metrics: Arc<Metrics>,
     pub(super) lease: Arc<LeaseGate>,
     pub(super) scopes: BTreeMap<String, ScopeState>,
+    /// Per endpoint (failure domain Secret × project × zone): the scope it was last polled
+    /// through, so a Secret read that fails briefly keeps it.
+    pub(super) endpoints: HashMap<super::targets::EndpointRef, super::gather::EndpointMemory>,
     /// What this process last wrote per Machine uid: the watch cache can lag behind our own
     /// writes, and a lagging read must not cause a second write.
     pub(super) written: HashMap<String, Written>,
@@ -110,6 +113,7 @@ impl Controller {
             metrics,
             lease,
             scopes: BTreeMap::new(),
+            endpoints: HashMap::new(),
             written: HashMap::new(),
             probing: Default::default(),
             orphans,

@@ -23,7 +23,7 @@ use crate::verdict::{
 };
 
 /// The reason for Machines whose CloudStack credentials cannot be had.
-pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
+pub use crate::verdict::reason::CREDENTIALS_UNAVAILABLE;
 
 /// What the decide phase concluded, per target (in target order).
 pub(super) struct Decided {
@@ -81,9 +81,9 @@ impl Controller {
         }
     }
 
-    /// What the Machines already carry feeds the fresh histories of a restarted shim or a new
-    /// leader: CAPC's record of when the VM state last changed (graces do not start over), and
-    /// a published `False` (its confirming polls need not be repeated).
+    /// CAPC's record of when the VM state last changed feeds the fresh histories of a
+    /// restarted shim or a new leader, so graces do not start over. (The condition the
+    /// Machine carries stands by itself until evidence contradicts it: `verdict::standing`.)
     fn carry_over_published(&mut self, g: &Gathered) {
         for t in &g.targets {
             let (Some(key), Some(id)) = (g.scope_key(t), &t.instance_id) else {
@@ -102,9 +102,6 @@ impl Controller {
                 if seen.state.as_str() == state {
                     history.anchor_state_since(since);
                 }
-            }
-            if let Some(current) = t.current.as_ref().filter(|c| c.status == Status::False) {
-                history.credit_published_false(&current.reason, &self.graces);
             }
         }
     }

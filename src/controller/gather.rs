@@ -3,9 +3,7 @@
 //! and one [`ScopeState`] per endpoint scope, kept between cycles with its client and the VM
 //! histories.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -21,11 +19,12 @@ use crate::scope::{ListedVm, ScopeObserver};
 use crate::status::ScopeReport;
 use crate::verdict::{ConditionState, VmHistory};
 
-/// One CloudStack scope (endpoint × project × zone): its client, the histories of the VMs
-/// polled through it, and what `/status` shows of it.
+/// One CloudStack scope — API URL × credentials × project × zone, as CloudStack sees it: its
+/// client (with its own rate limit and back-off), the histories of the VMs polled through it,
+/// and what `/status` shows of it. Secrets that carry the same credentials share one scope;
+/// different keys (another tenant, or a broken key) get scopes of their own.
 pub(super) struct ScopeState {
     pub client: CloudStackClient,
-    fingerprint: u64,
     pub observer: ScopeObserver,
     pub usage_history: bool,
     pub report: ScopeReport,
@@ -38,6 +37,14 @@ pub(super) struct ScopeState {
     pub failed_polls: u32,
     /// Every VM of this cycle's listing, when it was complete (kept for the orphan report).
     pub listing: Option<Vec<ListedVm>>,
+}
+
+/// What an endpoint's Secret last gave: the scope it is polled through, and since when reading
+/// the Secret has failed. A read that fails briefly keeps the last client and evidence.
+#[derive(Debug, Clone)]
+pub(super) struct EndpointMemory {
+    scope: String,
+    failing_since: Option<Timestamp>,
 }
 
 /// How long a scope no Machine uses keeps its histories: a Secret deleted and recreated (or a
@@ -62,21 +69,40 @@ impl Gathered {
     }
 }
 
-/// What the client configuration depends on, so a changed Secret gets a new client.
-fn fingerprint(data: &BTreeMap<String, String>) -> u64 {
-    let mut h = DefaultHasher::new();
-    for k in ["api-url", "api-key", "secret-key", "verify-ssl"] {
-        data.get(k).hash(&mut h);
+/// Who CloudStack sees: a short digest of everything the client's identity depends on (never
+/// the values themselves), so Secrets with the same credentials share a scope and a changed
+/// or different key gets its own.
+fn credentials_id(data: &BTreeMap<String, String>) -> String {
+    let mut h = ring::digest::Context::new(&ring::digest::SHA256);
+    for k in ["api-key", "secret-key", "verify-ssl"] {
+        h.update(k.as_bytes());
+        h.update(&[0]);
+        if let Some(v) = data.get(k) {
+            h.update(v.trim().as_bytes());
+        }
+        h.update(&[0]);
     }
-    h.finish()
+    h.finish().as_ref()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
-fn scope_key(api_url: &str, e: &EndpointRef) -> String {
+fn scope_key(api_url: &str, credentials: &str, e: &EndpointRef) -> String {
     format!(
-        "{api_url} project={} zone={}",
+        "{api_url} project={} zone={} key={credentials}",
         e.project.as_deref().unwrap_or("-"),
         e.zone_id.as_deref().unwrap_or("-")
     )
+}
+
+/// Per scope this cycle: the VMs to track, those whose statistics are wanted, and the
+/// Secrets (`namespace/name`) that feed it.
+#[derive(Default)]
+struct ScopeWants {
+    ids: BTreeSet<String>,
+    stats_wanted: BTreeSet<String>,
+    secrets: BTreeSet<String>,
 }
 
 impl Controller {
@@ -117,20 +143,43 @@ impl Controller {
         }
         let mut scope_of = HashMap::new();
         let mut credential_errors = HashMap::new();
+        let mut wants: BTreeMap<String, ScopeWants> = BTreeMap::new();
         for (endpoint, (ids, stats_wanted)) in &by_endpoint {
-            match self.scope_for(endpoint, now).await {
-                Ok(key) => {
-                    let scope = self.scopes.get_mut(&key).expect("scope_for keeps it");
-                    track_exactly(&mut scope.observer, ids);
-                    scope.observer.stats_wanted = Some(stats_wanted.clone());
-                    scope_of.insert(endpoint.clone(), key);
-                }
-                Err(e) => {
-                    summary.problems.push(e.clone());
-                    credential_errors.insert(endpoint.clone(), e);
-                }
-            }
+            let key = match self.scope_for(endpoint, now).await {
+                Ok(key) => key,
+                Err(e) => match self.recent_scope(endpoint, now) {
+                    // One failed read is not news: the last client polls on, verdicts stand.
+                    Some(key) => {
+                        summary.problems.push(format!(
+                            "{e} (polling with the credentials read last, at most {} more)",
+                            crate::verdict::human_duration(self.graces.stale_after())
+                        ));
+                        key
+                    }
+                    None => {
+                        summary.problems.push(e.clone());
+                        credential_errors.insert(endpoint.clone(), e);
+                        continue;
+                    }
+                },
+            };
+            let w = wants.entry(key.clone()).or_default();
+            w.ids.extend(ids.iter().cloned());
+            w.stats_wanted.extend(stats_wanted.iter().cloned());
+            w.secrets.insert(format!(
+                "{}/{}",
+                endpoint.secret_namespace, endpoint.secret_name
+            ));
+            scope_of.insert(endpoint.clone(), key);
         }
+        // Every endpoint that shares a scope adds its VMs: one listing serves them all.
+        for (key, w) in wants {
+            let scope = self.scopes.get_mut(&key).expect("scope_for keeps it");
+            track_exactly(&mut scope.observer, &w.ids);
+            scope.observer.stats_wanted = Some(w.stats_wanted);
+            scope.report.secrets = w.secrets.into_iter().collect();
+        }
+        self.endpoints.retain(|e, _| by_endpoint.contains_key(e));
         self.scopes
             .retain(|_, s| s.in_use || now.duration_since(s.last_in_use) < SCOPE_RETENTION);
         summary.scopes = self.scopes.values().filter(|s| s.in_use).count();
@@ -167,28 +216,37 @@ impl Controller {
         }
     }
 
-    /// The scope `endpoint` is polled through (created, or given a new client when its Secret
-    /// changed), marked in use. `Err` says why its credentials cannot be had.
+    /// The scope `endpoint` is polled through (created when its credentials are new), marked in
+    /// use. `Err` says why its credentials cannot be had.
     async fn scope_for(
         &mut self,
         endpoint: &EndpointRef,
         now: Timestamp,
     ) -> Result<String, String> {
-        let (data, cfg) = self.credentials(endpoint).await?;
-        let key = scope_key(cfg.api_url.as_str(), endpoint);
-        let fp = fingerprint(&data);
-        if self.scopes.get(&key).is_none_or(|s| s.fingerprint != fp) {
+        let read = self.credentials(endpoint).await;
+        let (data, cfg) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                if let Some(m) = self.endpoints.get_mut(endpoint) {
+                    m.failing_since.get_or_insert(now);
+                }
+                return Err(e);
+            }
+        };
+        let key = scope_key(cfg.api_url.as_str(), &credentials_id(&data), endpoint);
+        if !self.scopes.contains_key(&key) {
             let client = CloudStackClient::new(cfg).map_err(|e| {
                 format!(
                     "Secret {}/{}: {e}",
                     endpoint.secret_namespace, endpoint.secret_name
                 )
             })?;
-            // A new client keeps the histories: a rotated key must not restart every grace.
-            let mut observer = self
-                .scopes
-                .remove(&key)
-                .map(|s| s.observer)
+            // A rotated key gets a scope of its own, but keeps the histories its endpoint had:
+            // a rotation must not restart every grace.
+            let previous = self.endpoints.get(endpoint).map(|m| m.scope.clone());
+            let mut observer = previous
+                .and_then(|old| self.scopes.get(&old))
+                .map(|s| s.observer.clone())
                 .unwrap_or_else(|| ScopeObserver::tracking(Vec::new()));
             observer.keep_listing = self.orphans.is_some();
             let report = ScopeReport {
@@ -200,7 +258,6 @@ impl Controller {
                 key.clone(),
                 ScopeState {
                     client,
-                    fingerprint: fp,
                     observer,
                     usage_history: true,
                     report,
@@ -212,10 +269,35 @@ impl Controller {
                 },
             );
         }
-        let scope = self.scopes.get_mut(&key).expect("present");
+        self.endpoints.insert(
+            endpoint.clone(),
+            EndpointMemory {
+                scope: key.clone(),
+                failing_since: None,
+            },
+        );
+        Ok(self.mark_in_use(&key, now))
+    }
+
+    fn mark_in_use(&mut self, key: &str, now: Timestamp) -> String {
+        let scope = self.scopes.get_mut(key).expect("present");
         scope.in_use = true;
         scope.last_in_use = now;
-        Ok(key)
+        key.to_string()
+    }
+
+    /// The scope an endpoint whose Secret cannot be read right now was polled through, while
+    /// the failure is younger than the API-trouble grace (`--stale-poll-intervals` polls).
+    fn recent_scope(&mut self, endpoint: &EndpointRef, now: Timestamp) -> Option<String> {
+        let m = self.endpoints.get(endpoint)?;
+        let since = m.failing_since?;
+        if now.duration_since(since) > self.graces.stale_after() {
+            return None;
+        }
+        let key = m.scope.clone();
+        self.scopes
+            .contains_key(&key)
+            .then(|| self.mark_in_use(&key, now))
     }
 
     /// Reads the endpoint's Secret (and the operator's override for that URL) into a client
@@ -273,9 +355,8 @@ fn current_condition<'a>(
 }
 
 /// Tracks exactly `ids` in `observer`: new ones get an empty history, gone ones are dropped.
-fn track_exactly(observer: &mut ScopeObserver, ids: &[String]) {
-    let wanted: BTreeSet<&String> = ids.iter().collect();
-    observer.histories.retain(|id, _| wanted.contains(id));
+fn track_exactly(observer: &mut ScopeObserver, ids: &BTreeSet<String>) {
+    observer.histories.retain(|id, _| ids.contains(id));
     for id in ids {
         observer
             .histories
@@ -322,7 +403,7 @@ mod tests {
     #[test]
     fn tracking_follows_the_targets_of_the_cycle() {
         let mut o = ScopeObserver::tracking(vec!["a".to_string(), "b".to_string()]);
-        track_exactly(&mut o, &["b".to_string(), "c".to_string()]);
+        track_exactly(&mut o, &["b".to_string(), "c".to_string()].into());
         let mut ids: Vec<&String> = o.histories.keys().collect();
         ids.sort();
         assert_eq!(ids, ["b", "c"]);

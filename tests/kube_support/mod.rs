@@ -111,6 +111,22 @@ pub async fn simulator_from_keys(
 ) -> (Simulator, SimServer, BTreeMap<String, String>) {
     scenario["accounts"] =
         json!([{"name": "admin", "type": "Admin", "api_key": api_key, "secret_key": secret_key}]);
+    simulator_from_scenario(scenario, time_scale).await
+}
+
+/// A simulator from a whole scenario that defines its own `accounts` (the first one's keys
+/// are the world's default); VMs carry fixed ids.
+pub async fn simulator_from_scenario(
+    scenario: Value,
+    time_scale: f64,
+) -> (Simulator, SimServer, BTreeMap<String, String>) {
+    let first = &scenario["accounts"][0];
+    let (api_key, secret_key) = (
+        first["api_key"].as_str().expect("accounts[0].api_key"),
+        first["secret_key"]
+            .as_str()
+            .expect("accounts[0].secret_key"),
+    );
     let ids = scenario["vms"]
         .as_array()
         .map(|vms| {
@@ -195,6 +211,8 @@ pub struct Fixture {
     pub server: SimServer,
     /// VM name → VM id in the simulator.
     pub vm_ids: BTreeMap<String, String>,
+    /// Namespaces of [`Fixture::tenant`]s, deleted by [`Fixture::cleanup`].
+    tenants: std::sync::Mutex<Vec<String>>,
 }
 
 impl Fixture {
@@ -219,13 +237,6 @@ impl Fixture {
     ) -> Self {
         let (sim, server, vm_ids) = sim;
         let ns = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-        create(
-            &client,
-            "",
-            &ar("", "v1", "Namespace", "namespaces"),
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
-        .await;
         let (served, _) = kube_io::discover(&client).await;
         let choice = choose(&served, None).expect("CAPI and CAPC CRDs are installed");
         let resources = Resources::for_choice(&choice);
@@ -237,50 +248,94 @@ impl Fixture {
             sim,
             server,
             vm_ids,
+            tenants: Default::default(),
         };
-        f.secret(
+        f.scaffold(&f.ns, api_key, secret_key).await;
+        f
+    }
+
+    /// Another tenant on the same simulator: a namespace of its own with the same layout
+    /// (Secret `acs` with these keys, failure domain `fd1`, Cluster `c1`, its MHC), as CAPC
+    /// users run one workload cluster per namespace. Its name.
+    pub async fn tenant(&self, api_key: &str, secret_key: &str) -> String {
+        let ns = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        self.scaffold(&ns, api_key, secret_key).await;
+        self.tenants.lock().unwrap().push(ns.clone());
+        ns
+    }
+
+    async fn scaffold(&self, ns: &str, api_key: &str, secret_key: &str) {
+        create(
+            &self.client,
+            "",
+            &ar("", "v1", "Namespace", "namespaces"),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
+        self.secret_in(
+            ns,
             "acs",
             &[
-                ("api-url", &f.server.api_url()),
+                ("api-url", &self.server.api_url()),
                 ("api-key", api_key),
                 ("secret-key", secret_key),
                 ("verify-ssl", "false"),
             ],
         )
         .await;
-        f.failure_domain("fd1", "acs").await;
-        create(&f.client, &f.ns, &f.resources.cluster, json!({"apiVersion": f.resources.cluster.api_version, "kind": "Cluster",
-            "metadata": {"name": "c1", "namespace": f.ns}, "spec": {"controlPlaneEndpoint": {"host": "10.1.1.2", "port": 6443}}})).await;
+        self.failure_domain_in(ns, "fd1", "acs").await;
+        let f = self;
+        create(&f.client, ns, &f.resources.cluster, json!({"apiVersion": f.resources.cluster.api_version, "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": ns}, "spec": {"controlPlaneEndpoint": {"host": "10.1.1.2", "port": 6443}}})).await;
         let mut mhc = json!({"apiVersion": f.resources.mhc.api_version, "kind": "MachineHealthCheck",
-            "metadata": {"name": "c1-mhc", "namespace": f.ns},
+            "metadata": {"name": "c1-mhc", "namespace": ns},
             "spec": {"clusterName": "c1", "selector": {"matchExpressions": [{"key": "uncovered", "operator": "DoesNotExist"}]}}});
         if f.choice.mode == Mode::Condition {
             mhc["spec"]["checks"] = json!({"unhealthyMachineConditions": [{"type": "CloudStackVMHealthy", "status": "False", "timeoutSeconds": 0}]});
         }
-        create(&f.client, &f.ns, &f.resources.mhc, mhc).await;
-        f
+        create(&f.client, ns, &f.resources.mhc, mhc).await;
     }
 
     pub async fn secret(&self, name: &str, data: &[(&str, &str)]) {
+        self.secret_in(&self.ns, name, data).await
+    }
+
+    pub async fn secret_in(&self, ns: &str, name: &str, data: &[(&str, &str)]) {
         let data: serde_json::Map<String, Value> = data
             .iter()
             .map(|(k, v)| (k.to_string(), json!(v)))
             .collect();
-        create(&self.client, &self.ns, &ar("", "v1", "Secret", "secrets"),
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": self.ns}, "stringData": data})).await;
+        create(&self.client, ns, &ar("", "v1", "Secret", "secrets"),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}, "stringData": data})).await;
     }
 
     pub async fn failure_domain(&self, name: &str, secret: &str) {
+        self.failure_domain_in(&self.ns, name, secret).await
+    }
+
+    pub async fn failure_domain_in(&self, ns: &str, name: &str, secret: &str) {
         let fd = &self.resources.failure_domain;
-        create(&self.client, &self.ns, fd, json!({"apiVersion": fd.api_version, "kind": "CloudStackFailureDomain",
-            "metadata": {"name": format!("{name}-hash"), "namespace": self.ns, "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+        create(&self.client, ns, fd, json!({"apiVersion": fd.api_version, "kind": "CloudStackFailureDomain",
+            "metadata": {"name": format!("{name}-hash"), "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
             "spec": {"name": name, "zone": {"name": "zone-a", "id": ZONE_ID, "network": {"name": "capi-shared"}},
-                     "acsEndpoint": {"name": secret, "namespace": self.ns}}})).await;
+                     "acsEndpoint": {"name": secret, "namespace": ns}}})).await;
     }
 
     /// A Machine owned by a MachineSet (a KubeadmControlPlane for control planes) and its
     /// CloudStackMachine in failure domain `fd`, with the VM `vm` (a name in `vm_ids`) if any.
     pub async fn machine(&self, name: &str, vm: Option<&str>, control_plane: bool, fd: &str) {
+        self.machine_in(&self.ns, name, vm, control_plane, fd).await
+    }
+
+    /// [`Fixture::machine`] in namespace `ns` (a [`Fixture::tenant`]).
+    pub async fn machine_in(
+        &self,
+        ns: &str,
+        name: &str,
+        vm: Option<&str>,
+        control_plane: bool,
+        fd: &str,
+    ) {
         let mut labels = json!({"cluster.x-k8s.io/cluster-name": "c1", "pool": "md-0"});
         if control_plane {
             labels["cluster.x-k8s.io/control-plane"] = json!("");
@@ -297,9 +352,9 @@ impl Fixture {
         } else {
             json!({"apiVersion": csm.api_version, "kind": "CloudStackMachine", "name": format!("{name}-csm")})
         };
-        create(&self.client, &self.ns, &self.resources.machine, json!({
+        create(&self.client, ns, &self.resources.machine, json!({
             "apiVersion": self.resources.machine.api_version, "kind": "Machine",
-            "metadata": {"name": name, "namespace": self.ns, "labels": labels,
+            "metadata": {"name": name, "namespace": ns, "labels": labels,
                 "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": owner, "name": "owner",
                     "uid": "6a2b7a5e-1a62-4d2f-9d84-0d8c7a1f0b11", "controller": true}]},
             "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "bootstrap"}, "infrastructureRef": infra_ref}
@@ -308,9 +363,9 @@ impl Fixture {
         if let Some(vm) = vm {
             spec["instanceID"] = json!(self.vm_ids[vm]);
         }
-        create(&self.client, &self.ns, csm, json!({
+        create(&self.client, ns, csm, json!({
             "apiVersion": csm.api_version, "kind": "CloudStackMachine",
-            "metadata": {"name": format!("{name}-csm"), "namespace": self.ns, "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+            "metadata": {"name": format!("{name}-csm"), "namespace": ns, "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
             "spec": spec
         })).await;
     }
@@ -408,7 +463,12 @@ impl Fixture {
 
     /// `(status, reason)` of our condition on Machine `name`, and whether it is annotated.
     pub async fn verdict(&self, name: &str) -> (Option<(String, String)>, bool) {
-        let m = get(&self.client, &self.ns, &self.resources.machine, name).await;
+        self.verdict_in(&self.ns, name).await
+    }
+
+    /// [`Fixture::verdict`] of a Machine in namespace `ns`.
+    pub async fn verdict_in(&self, ns: &str, name: &str) -> (Option<(String, String)>, bool) {
+        let m = get(&self.client, ns, &self.resources.machine, name).await;
         let c = condition(&m, self.conditions_pointer()).map(|c| {
             (
                 c["status"].as_str().unwrap_or("").to_string(),
@@ -451,7 +511,10 @@ impl Fixture {
     pub async fn cleanup(self) {
         self.server.shutdown().await;
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
-        let _ = namespaces.delete(&self.ns, &Default::default()).await;
+        let tenants = std::mem::take(&mut *self.tenants.lock().unwrap());
+        for ns in std::iter::once(&self.ns).chain(&tenants) {
+            let _ = namespaces.delete(ns, &Default::default()).await;
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use crate::condition::{next_condition, ConditionState};
-use crate::engine::{evaluate, MachineFacts};
+use crate::engine::{evaluate_on_record, MachineFacts};
 use crate::guard::{GuardOutcome, MassFailureGuard, ScopeMember};
 use crate::{Graces, Status, Verdict, VmHistory};
 
@@ -103,7 +103,9 @@ pub fn decide(
         .iter()
         .map(|s| match s.evidence {
             Evidence::None => None,
-            Evidence::Observed(h) => Some(evaluate(h, &s.facts, graces, now)),
+            Evidence::Observed(h) => {
+                Some(evaluate_on_record(h, &s.facts, s.published, graces, now))
+            }
             Evidence::Unavailable(v) => Some(v.clone()),
         })
         .collect();

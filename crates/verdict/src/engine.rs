@@ -2,8 +2,10 @@
 
 use jiff::{SignedDuration, Timestamp};
 
+use super::condition::ConditionState;
 use super::history::{Sighting, VmHistory};
 use super::probe::{assess_probe, unanswered_message, ProbeEvidence};
+use super::standing::stand_or_replace;
 use super::traffic::{assess_traffic, TrafficEvidence};
 use super::{at, human_duration, reason, Graces, Status, Verdict};
 use cloudstack_api::model::VmState;
@@ -27,7 +29,20 @@ pub fn evaluate(
     graces: &Graces,
     now: Timestamp,
 ) -> Verdict {
-    let verdict = evaluate_vm(history, machine, graces, now);
+    evaluate_on_record(history, machine, None, graces, now)
+}
+
+/// Evaluates one VM's history at `now` against the condition its Machine carries: where this
+/// history cannot overrule `published`, it stands ([`crate::standing`]).
+pub fn evaluate_on_record(
+    history: &VmHistory,
+    machine: &MachineFacts,
+    published: Option<&ConditionState>,
+    graces: &Graces,
+    now: Timestamp,
+) -> Verdict {
+    let candidate = evaluate_vm(history, machine, graces, now);
+    let verdict = stand_or_replace(published, candidate, history, machine, graces, now);
     match (&machine.unlinked_node, verdict.status) {
         (Some(node), Status::False) if !machine.has_node => Verdict::new(
             Status::Unknown,

@@ -5,7 +5,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use super::probe::{ProbeHistory, ProbeNic};
-use super::{reason, Graces};
+use super::Graces;
 use cloudstack_api::model::{CsTime, HostControlState, UsageSample, VirtualMachine, VmState};
 
 /// The outcome of one poll of a VM's scope, as far as this VM is concerned.
@@ -288,6 +288,8 @@ pub struct VmHistory {
     pub last_poll: Option<Timestamp>,
     /// Set when the latest poll failed; cleared by the next successful one.
     pub last_error: Option<String>,
+    /// When the polls began failing (the first failure of the current run of failures).
+    pub failing_since: Option<Timestamp>,
     pub last_success: Option<Timestamp>,
     /// The latest sighting (kept while absent, for the message).
     pub sighting: Option<Sighting>,
@@ -313,6 +315,7 @@ impl VmHistory {
             first_observed: None,
             last_poll: None,
             last_error: None,
+            failing_since: None,
             last_success: None,
             sighting: None,
             state_since: None,
@@ -335,46 +338,19 @@ impl VmHistory {
         }
     }
 
-    /// A `False` that the VM's Machine already carries — published by an earlier process of the
-    /// shim, before a restart or a change of leader — stands for the confirming polls this
-    /// fresh history lacks, as long as the latest poll shows the same evidence. Without it a
-    /// new process would flip a confirmed verdict to Unknown and back, and restart the
-    /// escalation delay and MHC's timeout with a new transition time.
-    pub fn credit_published_false(&mut self, published_reason: &str, graces: &Graces) {
-        if self.last_error.is_some() || self.last_success.is_none() {
-            return;
-        }
-        let state = self.sighting.as_ref().map(|s| &s.state);
-        match published_reason {
-            reason::VM_ERROR if self.absent_polls == 0 && state == Some(&VmState::Error) => {
-                self.state_polls = self
-                    .state_polls
-                    .max(graces.error_confirm_polls.saturating_add(1));
-            }
-            reason::VM_DESTROYED
-                if self.absent_polls == 0
-                    && matches!(state, Some(VmState::Destroyed | VmState::Expunging)) =>
-            {
-                self.state_polls = self.state_polls.max(graces.not_found_polls);
-            }
-            reason::VM_NOT_FOUND if self.absent_polls > 0 => {
-                self.absent_polls = self.absent_polls.max(graces.not_found_polls);
-            }
-            _ => {}
-        }
-    }
-
     pub fn record(&mut self, outcome: PollOutcome<'_>, now: Timestamp, graces: &Graces) {
         self.last_poll = Some(now);
         match outcome {
             PollOutcome::Failed(error) => {
                 self.last_error = Some(error.to_string());
+                self.failing_since.get_or_insert(now);
                 // Consecutive-poll evidence needs consecutive successful polls.
                 self.absent_polls = 0;
                 self.state_polls = 0;
             }
             PollOutcome::Absent => {
                 self.last_error = None;
+                self.failing_since = None;
                 self.last_success = Some(now);
                 self.absent_polls = self.absent_polls.saturating_add(1);
                 self.absent_since.get_or_insert(now);
@@ -398,6 +374,7 @@ impl VmHistory {
         self.traffic.poll_spacing = self.last_success.map(|t| now.duration_since(t));
         self.first_observed.get_or_insert(now);
         self.last_error = None;
+        self.failing_since = None;
         self.last_success = Some(now);
         self.absent_polls = 0;
         self.absent_since = None;

@@ -24,6 +24,7 @@ pub mod guard;
 pub mod history;
 pub mod machine_condition;
 pub mod probe;
+pub mod standing;
 pub mod traffic;
 
 #[cfg(test)]
@@ -89,6 +90,8 @@ pub mod reason {
     pub const NODE_NOT_LINKED: &str = "NodeNotLinked";
     pub const REMEDIATION_HELD: &str = "RemediationHeld";
     pub const MACHINE_DELETING: &str = "MachineDeleting";
+    /// The controller cannot read the CloudStack credentials of the Machine's endpoint.
+    pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
 
     /// Every reason, for docs and metrics label sets.
     pub const ALL: &[&str] = &[
@@ -110,7 +113,13 @@ pub mod reason {
         NODE_NOT_LINKED,
         REMEDIATION_HELD,
         MACHINE_DELETING,
+        CREDENTIALS_UNAVAILABLE,
     ];
+
+    /// The constant spelling `reason`, when this version publishes it.
+    pub fn known(reason: &str) -> Option<&'static str> {
+        ALL.iter().copied().find(|r| *r == reason)
+    }
 }
 
 /// The engine's output for one Machine's VM.

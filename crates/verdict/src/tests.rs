@@ -1057,45 +1057,6 @@ fn a_guest_that_died_during_a_pause_is_judged_once_collection_resumes() {
 }
 
 #[test]
-fn a_published_false_stands_for_the_confirming_poll_after_a_restart() {
-    // A fresh history (a restarted shim, a new leader) sees the VM in Error once.
-    let mut r = Run::new();
-    let v = r.seen(0, &vm(VmState::Error));
-    assert_verdict(&v, Status::Unknown, reason::VM_ERROR);
-    // The Machine already carries the predecessor's False/VMError: the verdict stands.
-    r.h.credit_published_false(reason::VM_ERROR, &r.g);
-    assert_verdict(&r.verdict(0), Status::False, reason::VM_ERROR);
-
-    // Only for the same evidence: a VM that is Running now gets no credit.
-    let mut r = Run::new();
-    r.seen(0, &running(100));
-    r.h.credit_published_false(reason::VM_ERROR, &r.g);
-    assert_ne!(r.verdict(0).status, Status::False);
-
-    // Not while the latest poll failed.
-    let mut r = Run::new();
-    r.seen(0, &vm(VmState::Error));
-    r.failed(30);
-    r.h.credit_published_false(reason::VM_ERROR, &r.g);
-    assert_verdict(
-        &r.verdict(30),
-        Status::Unknown,
-        reason::CLOUDSTACK_API_UNAVAILABLE,
-    );
-
-    // VMNotFound: the first complete listing without the VM confirms the published verdict.
-    let mut r = Run::new();
-    assert_verdict(&r.absent(0), Status::Unknown, reason::VM_NOT_FOUND);
-    r.h.credit_published_false(reason::VM_NOT_FOUND, &r.g);
-    assert_verdict(&r.verdict(0), Status::False, reason::VM_NOT_FOUND);
-    // ... but not a VM that is back in the listing.
-    let mut r = Run::new();
-    r.seen(0, &running(100));
-    r.h.credit_published_false(reason::VM_NOT_FOUND, &r.g);
-    assert_ne!(r.verdict(0).status, Status::False);
-}
-
-#[test]
 fn slow_polls_do_not_make_a_rising_counter_look_idle() {
     // A big fleet behind the rate limit: polls every 90 s instead of 30 s, stats every 60 s.
     let mut r = Run::new();

@@ -105,7 +105,7 @@ func ensureBinaries(ctx context.Context, toolsDir, cacheRoot string) (binaries, 
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", strings.Join(ldflags, " "),
 		"-o", tmp+"/", "k8s.io/kubernetes/cmd/kube-apiserver", "go.etcd.io/etcd/server/v3")
 	cmd.Dir = toolsDir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), modFlags(), "GOWORK=off", "CGO_ENABLED=0")
 	logFile, err := os.Create(buildLog)
 	if err != nil {
 		return b, err
@@ -168,7 +168,7 @@ func flockCtx(ctx context.Context, f *os.File) error {
 func goEnv(ctx context.Context, dir string, names ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "go", append([]string{"env"}, names...)...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	cmd.Env = append(os.Environ(), modFlags(), "GOWORK=off")
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("go env: %w (is Go installed?)", err)
@@ -223,4 +223,10 @@ func kubeMajorMinor(v string) (string, string) {
 		return "1", "0"
 	}
 	return parts[0], parts[1]
+}
+
+// modFlags is GOFLAGS for the go commands this runner starts: modules from go.mod, plus whatever
+// the caller's GOFLAGS asks for (CI passes -modcacherw so its fresh module cache can be deleted).
+func modFlags() string {
+	return strings.TrimSpace("GOFLAGS=-mod=mod " + os.Getenv("GOFLAGS"))
 }

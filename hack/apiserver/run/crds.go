@@ -200,7 +200,7 @@ func moduleDir(ctx context.Context, toolsDir, mv string) (string, error) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", mv)
 	cmd.Dir = toolsDir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	cmd.Env = append(os.Environ(), modFlags(), "GOWORK=off")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -1,0 +1,328 @@
+//! The Machine's condition is the record. A process that starts without history (a restart,
+//! a new leader, an upgrade) or loses sight of CloudStack for a moment keeps the condition the
+//! Machine carries — status, reason, message and `lastTransitionTime` — until its own evidence
+//! positively contradicts it. Without this, a fresh process republishes a standing `False` as
+//! `True` or `Unknown` for lack of history (moving `lastTransitionTime`, so MHC's timeout and
+//! the escalation delay start over), and one failed listing turns every verdict `Unknown`.
+//!
+//! Pure: the caller passes the published condition, the engine's candidate and the history.
+
+use jiff::Timestamp;
+
+use crate::condition::ConditionState;
+use crate::engine::MachineFacts;
+use crate::history::VmHistory;
+use crate::{reason, Graces, Status, Verdict};
+use cloudstack_api::model::VmState;
+
+/// Whether the history's evidence is too thin to overrule anything yet: the VM was never
+/// polled by this process, or its polls have failed for no longer than the API-trouble grace
+/// ([`Graces::stale_after`]). Past the grace the failure is lasting, and the engine's
+/// `Unknown`/`CloudStackAPIUnavailable` is published as before.
+pub fn briefly_blind(h: &VmHistory, g: &Graces, now: Timestamp) -> bool {
+    if h.last_poll.is_none() {
+        return true;
+    }
+    h.last_error.is_some()
+        && h.failing_since
+            .is_some_and(|since| now.duration_since(since) <= g.stale_after())
+}
+
+/// Whether the latest poll saw the VM's scope: it succeeded and is not stale.
+fn sees_now(h: &VmHistory, g: &Graces, now: Timestamp) -> bool {
+    h.last_error.is_none()
+        && h.last_success
+            .is_some_and(|t| now.duration_since(t) <= g.stale_after())
+}
+
+/// Whether the current evidence positively contradicts a published condition of reason
+/// `published`: what that reason claims is no longer what CloudStack shows. `candidate` is
+/// what the engine makes of the same evidence. A reason this version does not know is
+/// replaced by whatever current evidence says.
+pub fn contradicts(
+    published: &str,
+    candidate: &Verdict,
+    h: &VmHistory,
+    facts: &MachineFacts,
+) -> bool {
+    let seen = h.sighting.as_ref().filter(|_| h.absent_polls == 0);
+    let state = seen.map(|s| &s.state);
+    let running = state == Some(&VmState::Running);
+    match published {
+        // Still missing, or gone again: nothing contradicts it.
+        reason::VM_NOT_FOUND => seen.is_some(),
+        reason::VM_DESTROYED => {
+            seen.is_some() && !matches!(state, Some(VmState::Destroyed | VmState::Expunging))
+        }
+        reason::VM_ERROR => seen.is_some() && state != Some(&VmState::Error),
+        reason::VM_STOPPED => {
+            seen.is_some() && !matches!(state, Some(VmState::Stopped | VmState::Shutdown))
+        }
+        reason::VM_STUCK_IN_TRANSITION | reason::VM_IN_TRANSITION => {
+            seen.is_some()
+                && !matches!(
+                    state,
+                    Some(VmState::Starting | VmState::Stopping | VmState::Restoring)
+                )
+        }
+        reason::HOST_UNREACHABLE => seen.is_some_and(|s| !running || !s.host_unreachable()),
+        reason::NIC_DETACHED => {
+            seen.is_some_and(|s| !running || (s.nic_count > 0 && s.has_default_nic))
+        }
+        reason::NIC_NO_ADDRESS => seen.is_some_and(|s| !running || !s.nic_missing_address),
+        // Silence is contradicted by traffic seen rising, a probe answer (both VMHealthy), a
+        // Node (the guest joined), or the VM leaving Running. A fresh history whose counter
+        // has not moved yet is no evidence either way.
+        reason::GUEST_NETWORK_SILENT => {
+            facts.has_node
+                || seen.is_some_and(|_| !running)
+                || candidate.reason == reason::VM_HEALTHY
+        }
+        // VMHealthy/VMRunning (a True), and the Unknowns that only say what this process sees
+        // or decides now (API trouble, guards, migrations, credentials): current evidence wins.
+        _ => true,
+    }
+}
+
+/// How bad a status is, for "never less severe for lack of history".
+fn severity(s: Status) -> u8 {
+    match s {
+        Status::True => 0,
+        Status::Unknown => 1,
+        Status::False => 2,
+    }
+}
+
+/// The published condition as a verdict, when its reason is one this version publishes.
+fn as_verdict(p: &ConditionState) -> Option<Verdict> {
+    let reason = reason::known(&p.reason)?;
+    Some(Verdict::new(p.status, reason, p.message.clone()))
+}
+
+/// The verdict to publish: the engine's `candidate`, unless the `published` condition stands.
+/// It stands (unchanged, so nothing is written) while this process is briefly blind, and
+/// where the candidate is less severe without positive evidence against what the published
+/// reason claims. A Machine being deleted always gets the candidate.
+pub fn stand_or_replace(
+    published: Option<&ConditionState>,
+    candidate: Verdict,
+    h: &VmHistory,
+    facts: &MachineFacts,
+    g: &Graces,
+    now: Timestamp,
+) -> Verdict {
+    let Some(p) = published else {
+        return candidate;
+    };
+    if facts.deleting {
+        return candidate;
+    }
+    let standing = || as_verdict(p);
+    if briefly_blind(h, g, now) {
+        return standing().unwrap_or(candidate);
+    }
+    if severity(candidate.status) >= severity(p.status) || !sees_now(h, g, now) {
+        return candidate;
+    }
+    if contradicts(&p.reason, &candidate, h, facts) {
+        return candidate;
+    }
+    standing().unwrap_or(candidate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::evaluate;
+    use crate::history::PollOutcome;
+    use crate::tests::vm;
+    use cloudstack_api::model::VirtualMachine;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_796_000_000 + secs).unwrap()
+    }
+
+    fn detached() -> VirtualMachine {
+        let mut v = vm(VmState::Running);
+        v.nics.clear();
+        v
+    }
+
+    fn no_address() -> VirtualMachine {
+        let mut v = vm(VmState::Running);
+        v.nics[0].ipaddress = None;
+        v
+    }
+
+    fn published(status: Status, reason: &str) -> ConditionState {
+        ConditionState {
+            type_: "CloudStackVMHealthy".into(),
+            status,
+            reason: reason.into(),
+            message: format!("{reason} as the predecessor saw it"),
+            last_transition_time: at(-3600),
+        }
+    }
+
+    /// A fresh process: one poll with `outcome` at `secs`, then the verdict it would publish.
+    fn fresh(
+        p: &ConditionState,
+        outcome: PollOutcome<'_>,
+        facts: &MachineFacts,
+        g: &Graces,
+    ) -> Verdict {
+        let mut h = VmHistory::new("vm-1");
+        h.record(outcome, at(0), g);
+        let c = evaluate(&h, facts, g, at(0));
+        stand_or_replace(Some(p), c, &h, facts, g, at(0))
+    }
+
+    fn assert_stands(v: &Verdict, p: &ConditionState) {
+        assert_eq!(
+            (v.status, v.reason, v.message.as_str()),
+            (p.status, p.reason.as_str(), p.message.as_str()),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn a_fresh_process_keeps_every_standing_false_while_the_evidence_still_shows_it() {
+        let g = Graces::default();
+        let node_less = MachineFacts::default();
+        // `None`: missing from a complete listing.
+        let cases: Vec<(&str, Option<VirtualMachine>)> = vec![
+            (reason::GUEST_NETWORK_SILENT, Some(vm(VmState::Running))),
+            (reason::NIC_DETACHED, Some(detached())),
+            (reason::NIC_NO_ADDRESS, Some(no_address())),
+            (reason::VM_STOPPED, Some(vm(VmState::Stopped))),
+            (reason::VM_ERROR, Some(vm(VmState::Error))),
+            (reason::VM_DESTROYED, Some(vm(VmState::Destroyed))),
+            (reason::VM_NOT_FOUND, None),
+            (reason::VM_STUCK_IN_TRANSITION, Some(vm(VmState::Starting))),
+        ];
+        for (r, listed) in &cases {
+            let p = published(Status::False, r);
+            let mut h = VmHistory::new("vm-1");
+            let outcome = listed
+                .as_ref()
+                .map_or(PollOutcome::Absent, PollOutcome::Seen);
+            h.record(outcome, at(0), &g);
+            let c = evaluate(&h, &node_less, &g, at(0));
+            assert_ne!(
+                c.status,
+                Status::False,
+                "{r}: the fresh engine alone says {c:?}"
+            );
+            let v = stand_or_replace(Some(&p), c, &h, &node_less, &g, at(0));
+            assert_stands(&v, &p);
+        }
+    }
+
+    #[test]
+    fn positive_evidence_replaces_a_standing_false() {
+        let g = Graces::default();
+        let node_less = MachineFacts::default();
+        let running = vm(VmState::Running);
+        for (r, outcome) in [
+            (reason::NIC_DETACHED, PollOutcome::Seen(&running)),
+            (reason::NIC_NO_ADDRESS, PollOutcome::Seen(&running)),
+            (reason::VM_STOPPED, PollOutcome::Seen(&running)),
+            (reason::VM_ERROR, PollOutcome::Seen(&running)),
+            (reason::VM_NOT_FOUND, PollOutcome::Seen(&running)),
+            (reason::VM_STUCK_IN_TRANSITION, PollOutcome::Seen(&running)),
+            (
+                reason::GUEST_NETWORK_SILENT,
+                PollOutcome::Seen(&vm(VmState::Stopped)),
+            ),
+        ] {
+            let p = published(Status::False, r);
+            let v = fresh(&p, outcome, &node_less, &g);
+            assert_ne!(v.message, p.message, "{r} stood against evidence: {v:?}");
+        }
+        // Silence: a Node is evidence the guest joined.
+        let p = published(Status::False, reason::GUEST_NETWORK_SILENT);
+        let with_node = MachineFacts {
+            has_node: true,
+            ..Default::default()
+        };
+        let v = fresh(&p, PollOutcome::Seen(&running), &with_node, &g);
+        assert_eq!((v.status, v.reason), (Status::True, reason::VM_RUNNING));
+        // ... and so is its counter rising between two polls.
+        let mut h = VmHistory::new("vm-1");
+        h.record(PollOutcome::Seen(&running), at(0), &g);
+        let mut more = running.clone();
+        more.networkkbswrite = Some(500);
+        h.record(PollOutcome::Seen(&more), at(30), &g);
+        let c = evaluate(&h, &node_less, &g, at(30));
+        assert_eq!(c.reason, reason::VM_HEALTHY);
+        let v = stand_or_replace(Some(&p), c, &h, &node_less, &g, at(30));
+        assert_eq!(v.status, Status::True);
+    }
+
+    #[test]
+    fn a_machine_being_deleted_is_never_held_to_its_record() {
+        let g = Graces::default();
+        let deleting = MachineFacts {
+            deleting: true,
+            ..Default::default()
+        };
+        let p = published(Status::False, reason::VM_ERROR);
+        let v = fresh(&p, PollOutcome::Seen(&vm(VmState::Error)), &deleting, &g);
+        assert_eq!(v.reason, reason::MACHINE_DELETING);
+    }
+
+    #[test]
+    fn one_failed_poll_changes_nothing_and_a_lasting_failure_is_unknown() {
+        let g = Graces::default();
+        let facts = MachineFacts::default();
+        let running = vm(VmState::Running);
+        for status in [Status::True, Status::False, Status::Unknown] {
+            let p = published(status, reason::VM_HEALTHY);
+            let p = ConditionState {
+                reason: match status {
+                    Status::True => reason::VM_HEALTHY,
+                    Status::False => reason::VM_ERROR,
+                    Status::Unknown => reason::VM_IN_TRANSITION,
+                }
+                .into(),
+                ..p
+            };
+            let mut h = VmHistory::new("vm-1");
+            h.record(PollOutcome::Seen(&running), at(0), &g);
+            // Failed polls for up to the grace (3 intervals): the record stands.
+            for secs in [30, 60, 90, 120] {
+                h.record(PollOutcome::Failed("502 from the proxy"), at(secs), &g);
+                let c = evaluate(&h, &facts, &g, at(secs));
+                let v = stand_or_replace(Some(&p), c, &h, &facts, &g, at(secs));
+                assert_stands(&v, &p);
+            }
+            // Past it: Unknown, as before this rule.
+            h.record(PollOutcome::Failed("502 from the proxy"), at(150), &g);
+            let c = evaluate(&h, &facts, &g, at(150));
+            let v = stand_or_replace(Some(&p), c, &h, &facts, &g, at(150));
+            assert_eq!(
+                (v.status, v.reason),
+                (Status::Unknown, reason::CLOUDSTACK_API_UNAVAILABLE)
+            );
+        }
+    }
+
+    #[test]
+    fn worse_news_is_never_held_back_and_unknown_reasons_yield_to_current_evidence() {
+        let g = Graces::default();
+        let facts = MachineFacts::default();
+        let p = published(Status::True, reason::VM_HEALTHY);
+        let mut h = VmHistory::new("vm-1");
+        for secs in [0, 30] {
+            h.record(PollOutcome::Seen(&vm(VmState::Error)), at(secs), &g);
+        }
+        let c = evaluate(&h, &facts, &g, at(30));
+        assert_eq!(c.status, Status::False);
+        let v = stand_or_replace(Some(&p), c.clone(), &h, &facts, &g, at(30));
+        assert_eq!(v, c);
+        // A reason some other version wrote: what this process sees replaces it.
+        let p = published(Status::False, "SomethingElse");
+        let v = fresh(&p, PollOutcome::Seen(&vm(VmState::Running)), &facts, &g);
+        assert_eq!(v.status, Status::True);
+    }
+}

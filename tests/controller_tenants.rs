@@ -1,0 +1,338 @@
+//! Many tenants on one zone, as CAPC users run them: each workload cluster in its own namespace
+//! with its own `acsEndpoint` Secret, all on the same API URL and zone. Against a real
+//! kube-apiserver (CAPI/CAPC CRDs) and one `cloudstack-sim`:
+//!
+//! - the same key in two Secrets: one scope, one listing, both tenants' Machines judged;
+//! - different keys that see different VMs: a scope each, both judged; one tenant's broken key
+//!   turns only its own Machines `Unknown` (after the API-trouble grace) and writes nothing to
+//!   the other's;
+//! - fifty tenants with the same key cost the CloudStack calls of one scope.
+//!
+//! Before scopes carried the credentials, each endpoint's VM set replaced the one processed
+//! before it in the shared scope: the first tenant's Machines got no condition at all.
+
+mod kube_support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use capc_health_shim::controller::cycle::Controller;
+use capc_health_shim::status::StatusReport;
+use kube_support::{
+    ar, get, is, kube_client, merge_patch, simulator_from_scenario, Fixture, SIM_KEY, SIM_SECRET,
+    ZONE_ID,
+};
+use serde_json::{json, Value};
+
+const TEAM_A_KEY: &str = "team-a-key";
+const TEAM_A_SECRET: &str = "team-a-secret";
+const TEAM_B_KEY: &str = "team-b-key";
+const TEAM_B_SECRET: &str = "team-b-secret";
+
+/// The Machines of one tenant: name → (VM name, expected `(status, reason)`).
+fn machines(prefix: &str) -> Vec<(String, String, &'static str, &'static str)> {
+    vec![
+        (
+            format!("{prefix}-ok"),
+            format!("{prefix}-vm-ok"),
+            "True",
+            "",
+        ),
+        (
+            format!("{prefix}-err"),
+            format!("{prefix}-vm-err"),
+            "False",
+            "VMError",
+        ),
+        (
+            format!("{prefix}-nic"),
+            format!("{prefix}-vm-nic"),
+            "False",
+            "GuestNetworkSilent",
+        ),
+    ]
+}
+
+/// One zone, an admin and two user accounts; each tenant's VMs belong to its account: a
+/// healthy guest, one in Error and one whose NICs are down.
+fn scenario() -> Value {
+    let mut vms = Vec::new();
+    for (tenant, account) in [("a", "team-a"), ("b", "team-b")] {
+        for (suffix, guest, state) in [
+            ("ok", "healthy", "Running"),
+            ("err", "healthy", "Error"),
+            ("nic", "nic-down", "Starting"),
+        ] {
+            vms.push(json!({"name": format!("{tenant}-vm-{suffix}"), "id": uuid::Uuid::new_v4().to_string(),
+                "guest": guest, "state": state, "account": account}));
+        }
+    }
+    json!({
+        "settings": {"stats_interval_seconds": 1, "boot_seconds": 1, "guest_speedup": 60,
+                     "guest_boot_seconds": 1.5, "guest_join_seconds": 3},
+        "accounts": [
+            {"name": "admin", "type": "Admin", "api_key": SIM_KEY, "secret_key": SIM_SECRET},
+            {"name": "team-a", "type": "User", "api_key": TEAM_A_KEY, "secret_key": TEAM_A_SECRET},
+            {"name": "team-b", "type": "User", "api_key": TEAM_B_KEY, "secret_key": TEAM_B_SECRET},
+        ],
+        "zones": [{"name": "zone-a", "id": ZONE_ID}],
+        "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.0.0/16"}],
+        "vms": vms,
+    })
+}
+
+/// Tenant `a` in the fixture's namespace, tenant `b` in a namespace of its own.
+async fn two_tenants(keys: [(&str, &str); 2]) -> (Fixture, String) {
+    let client = kube_client().await;
+    let f = Fixture::with_simulator_keys(
+        client,
+        simulator_from_scenario(scenario(), 1.0).await,
+        keys[0].0,
+        keys[0].1,
+    )
+    .await;
+    let b = f.tenant(keys[1].0, keys[1].1).await;
+    for (m, vm, _, _) in machines("a") {
+        f.machine(&m, Some(&vm), false, "fd1").await;
+    }
+    for (m, vm, _, _) in machines("b") {
+        f.machine_in(&b, &m, Some(&vm), false, "fd1").await;
+    }
+    (f, b)
+}
+
+type Verdicts = BTreeMap<String, (Option<(String, String)>, bool)>;
+
+/// Every Machine of both tenants, by `namespace/name`.
+async fn verdicts(f: &Fixture, b: &str) -> Verdicts {
+    let mut out = BTreeMap::new();
+    for (ns, prefix) in [(f.ns.as_str(), "a"), (b, "b")] {
+        for (m, _, _, _) in machines(prefix) {
+            out.insert(format!("{ns}/{m}"), f.verdict_in(ns, &m).await);
+        }
+    }
+    out
+}
+
+fn all_as_expected(f: &Fixture, b: &str, v: &Verdicts) -> bool {
+    [(f.ns.as_str(), "a"), (b, "b")].iter().all(|(ns, prefix)| {
+        machines(prefix).iter().all(|(m, _, status, reason)| {
+            let got = &v[&format!("{ns}/{m}")];
+            match *status {
+                "True" => got.0.as_ref().is_some_and(|(s, _)| s == "True"),
+                _ => is(got, status, reason),
+            }
+        })
+    })
+}
+
+async fn cycle_until(
+    c: &mut Controller,
+    deadline: Duration,
+    mut done: impl AsyncFnMut() -> bool,
+) -> bool {
+    let until = Instant::now() + deadline;
+    loop {
+        c.cycle(jiff::Timestamp::now()).await;
+        if done().await {
+            return true;
+        }
+        if Instant::now() > until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn two_tenants_with_one_key_share_one_listing_and_both_get_their_verdicts() {
+    let (f, b) = two_tenants([(SIM_KEY, SIM_SECRET), (SIM_KEY, SIM_SECRET)]).await;
+    let (mut c, report) = f.controller(&["--namespace", &b]).await;
+    let reached = cycle_until(&mut c, Duration::from_secs(60), async || {
+        all_as_expected(&f, &b, &verdicts(&f, &b).await)
+    })
+    .await;
+    let v = verdicts(&f, &b).await;
+    assert!(reached, "every Machine of both tenants judged: {v:#?}");
+    let r = report.read().await.clone();
+    let used: Vec<_> = r.scopes.iter().filter(|s| s.machines > 0).collect();
+    assert_eq!(
+        used.len(),
+        1,
+        "one key, one zone: one scope: {:#?}",
+        r.scopes
+    );
+    let mut want = vec![format!("{}/acs", f.ns), format!("{b}/acs")];
+    want.sort();
+    assert_eq!(
+        used[0].secrets, want,
+        "the scope names the Secrets that feed it"
+    );
+    assert!(!used[0].key.contains(SIM_KEY) && !used[0].key.contains(SIM_SECRET));
+    f.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn tenants_with_their_own_keys_are_judged_apart_and_one_broken_key_blinds_only_its_own() {
+    let (f, b) = two_tenants([(TEAM_A_KEY, TEAM_A_SECRET), (TEAM_B_KEY, TEAM_B_SECRET)]).await;
+    let (mut c, report) = f.controller(&["--namespace", &b]).await;
+    let reached = cycle_until(&mut c, Duration::from_secs(60), async || {
+        all_as_expected(&f, &b, &verdicts(&f, &b).await)
+    })
+    .await;
+    let v = verdicts(&f, &b).await;
+    assert!(reached, "every Machine of both tenants judged: {v:#?}");
+    let r = report.read().await.clone();
+    let used: Vec<_> = r.scopes.iter().filter(|s| s.machines > 0).collect();
+    assert_eq!(used.len(), 2, "a scope per key: {:#?}", r.scopes);
+
+    // Tenant b's key breaks (a wrong secret key): CloudStack refuses it (401).
+    let a_before = standing(&f, &f.ns, "a").await;
+    merge_patch(
+        &f.client,
+        &b,
+        &ar("", "v1", "Secret", "secrets"),
+        "acs",
+        json!({"stringData": {"secret-key": "not-team-b-secret"}}),
+    )
+    .await;
+    let b_unknown = cycle_until(&mut c, Duration::from_secs(60), async || {
+        let v = verdicts(&f, &b).await;
+        machines("b").iter().all(|(m, _, _, _)| {
+            is(
+                &v[&format!("{b}/{m}")],
+                "Unknown",
+                "CloudStackAPIUnavailable",
+            )
+        })
+    })
+    .await;
+    assert!(
+        b_unknown,
+        "tenant b's Machines Unknown after the grace: {:#?}",
+        verdicts(&f, &b).await
+    );
+    let a_after = standing(&f, &f.ns, "a").await;
+    assert_eq!(
+        a_before, a_after,
+        "tenant a's verdicts did not move while b's key was broken"
+    );
+    let v = verdicts(&f, &b).await;
+    for (m, _, status, reason) in machines("a") {
+        let got = &v[&format!("{}/{m}", f.ns)];
+        assert!(
+            got.0
+                .as_ref()
+                .is_some_and(|(s, r)| s == status && (reason.is_empty() || r == reason)),
+            "{m}: {got:?}"
+        );
+    }
+    f.cleanup().await;
+}
+
+/// Per Machine of a tenant: the status, reason and `lastTransitionTime` of our condition
+/// (its message may carry fresh figures each cycle; these three move only with the verdict).
+async fn standing(f: &Fixture, ns: &str, prefix: &str) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for (m, _, _, _) in machines(prefix) {
+        let o = get(&f.client, ns, &f.resources.machine, &m).await;
+        let c = kube_support::condition(&o, f.conditions_pointer()).cloned();
+        out.insert(
+            m,
+            json!([
+                c.as_ref().map(|c| &c["status"]),
+                c.as_ref().map(|c| &c["reason"]),
+                c.as_ref().map(|c| &c["lastTransitionTime"])
+            ]),
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn fifty_tenants_with_one_key_cost_the_calls_of_one_scope() {
+    const TENANTS: usize = 50;
+    let client = kube_client().await;
+    let f = Fixture::with_simulator_keys(
+        client,
+        simulator_from_scenario(scenario(), 1.0).await,
+        SIM_KEY,
+        SIM_SECRET,
+    )
+    .await;
+    f.machine("a-ok", Some("a-vm-ok"), false, "fd1").await;
+    let mut namespaces = vec![f.ns.clone()];
+    for _ in 1..TENANTS {
+        let ns = f.tenant(SIM_KEY, SIM_SECRET).await;
+        // Every tenant's one Machine on the same healthy VM id: the scope tracks it once.
+        f.machine_in(&ns, "m", Some("a-vm-ok"), false, "fd1").await;
+        namespaces.push(ns);
+    }
+    // One tenant alone, then all fifty: the CloudStack calls per cycle must be the same.
+    let (mut alone, alone_report) = f.controller(&[]).await;
+    let alone_calls = calls_per_cycle(&mut alone, &alone_report, 1).await;
+    let mut flags = Vec::new();
+    for ns in &namespaces[1..] {
+        flags.push("--namespace".to_string());
+        flags.push(ns.clone());
+    }
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (mut c, report) = f.controller(&flags).await;
+    let all_calls = calls_per_cycle(&mut c, &report, TENANTS).await;
+    let r = report.read().await.clone();
+    let in_use: Vec<_> = r.scopes.iter().filter(|s| s.machines > 0).collect();
+    assert_eq!(in_use.len(), 1, "{:#?}", r.scopes);
+    assert_eq!(in_use[0].secrets.len(), TENANTS);
+    println!(
+        "CloudStack calls per cycle: 1 tenant {alone_calls:?}, {TENANTS} tenants with one key {all_calls:?}"
+    );
+    assert_eq!(
+        alone_calls, all_calls,
+        "{TENANTS} tenants with one key cost the calls of one"
+    );
+    f.cleanup().await;
+}
+
+/// Cycles until one scope judges `machines` Machines, then the CloudStack calls per cycle
+/// (by `command/outcome`, summed over scopes) over five more cycles a poll interval apart.
+async fn calls_per_cycle(
+    c: &mut Controller,
+    report: &std::sync::Arc<tokio::sync::RwLock<StatusReport>>,
+    machines: usize,
+) -> BTreeMap<String, f64> {
+    let judged = cycle_until(c, Duration::from_secs(90), async || {
+        let r = report.read().await;
+        r.scopes.iter().any(|s| s.machines == machines)
+    })
+    .await;
+    assert!(
+        judged,
+        "{machines} Machines in one scope: {:#?}",
+        report.read().await.scopes
+    );
+    let calls = |r: &StatusReport| {
+        let mut out: BTreeMap<String, u64> = BTreeMap::new();
+        for (k, n) in r.scopes.iter().flat_map(|s| s.calls.iter()) {
+            *out.entry(k.clone()).or_default() += n;
+        }
+        out
+    };
+    let before = calls(&*report.read().await);
+    const CYCLES: u64 = 5;
+    for _ in 0..CYCLES {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        c.cycle(jiff::Timestamp::now()).await;
+    }
+    let after = calls(&*report.read().await);
+    after
+        .iter()
+        .map(|(k, n)| {
+            let d = n - before.get(k).copied().unwrap_or(0);
+            (k.clone(), d as f64 / CYCLES as f64)
+        })
+        .filter(|(_, n)| *n > 0.0)
+        .collect()
+}
