@@ -151,7 +151,8 @@ impl Controller {
                     // One failed read is not news: the last client polls on, verdicts stand.
                     Some(key) => {
                         summary.problems.push(format!(
-                            "{e} (polling with the credentials read last, at most {} more)",
+                            "{e} (polling with the credentials read last; its Machines turn \
+                             Unknown/CredentialsUnavailable if this lasts over {})",
                             crate::verdict::human_duration(self.graces.stale_after())
                         ));
                         key
