@@ -2288,14 +2288,14 @@ async fn standing_verdicts_survive_kill_and_takeover() {
     row.measure("moved_last_transition_times", moved);
     row.measure("extra_events", extra_events);
     row.measure("extra_annotations", extra_annotations);
-    row.measure(
-        "mode",
-        if annotate { "annotate" } else { "condition" },
-    );
+    row.measure("mode", if annotate { "annotate" } else { "condition" });
     assert_eq!(flips, 0, "status flips across the takeovers");
     assert_eq!(moved, 0, "lastTransitionTimes moved across the takeovers");
     assert_eq!(extra_events, 0, "Events written across the takeovers");
-    assert_eq!(extra_annotations, 0, "annotations changed across the takeovers");
+    assert_eq!(
+        extra_annotations, 0,
+        "annotations changed across the takeovers"
+    );
     let mut scraped = Vec::new();
     if let Some(st) = c.status().await {
         scraped.push(st.to_string());
@@ -2351,7 +2351,11 @@ async fn one_failed_secret_read_or_listing_writes_nothing() {
     while quiet < 3 {
         assert!(Instant::now() < until, "never quiet");
         let s = c.cycle(Timestamp::now()).await;
-        quiet = if s.condition_writes + s.annotations == 0 { quiet + 1 } else { 0 };
+        quiet = if s.condition_writes + s.annotations == 0 {
+            quiet + 1
+        } else {
+            0
+        };
         tokio::time::sleep(Duration::from_millis(1000)).await;
     }
     let mut before = BTreeMap::new();
@@ -2360,18 +2364,50 @@ async fn one_failed_secret_read_or_listing_writes_nothing() {
         before.insert(m, seen(&f, m).await.expect("condition"));
         events_before += events_about(&f, m).await;
     }
+    // Events about a Machine name its uid, so `kubectl describe machine` lists them (before,
+    // the reference had none and describe showed nothing).
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &f.ns);
+    for m in ["m-err", "m-silent"] {
+        let uid = get(&f.client, &f.ns, &f.resources.machine, m).await["metadata"]["uid"]
+            .as_str()
+            .expect("uid")
+            .to_string();
+        let about: Vec<_> = events
+            .list(&ListParams::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(m))
+            .collect();
+        assert!(!about.is_empty(), "an Event about {m}");
+        for e in about {
+            assert_eq!(
+                e.regarding.and_then(|r| r.uid).as_deref(),
+                Some(uid.as_str()),
+                "the Event about {m} names its uid"
+            );
+        }
+    }
     let mut writes = 0;
     let mut cycle = async |c: &mut Controller, what: &str| {
         let s = c.cycle(Timestamp::now()).await;
         writes += s.condition_writes + s.annotations;
-        eprintln!("[{test}] {what}: {} write(s), problems {:?}", s.condition_writes + s.annotations, s.problems);
+        eprintln!(
+            "[{test}] {what}: {} write(s), problems {:?}",
+            s.condition_writes + s.annotations,
+            s.problems
+        );
         tokio::time::sleep(Duration::from_millis(1000)).await;
     };
 
     // 1. The Secret is gone for one cycle (deleted and recreated: a GET that fails).
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &f.ns);
     let acs = secrets.get("acs").await.expect("Secret acs");
-    secrets.delete("acs", &Default::default()).await.expect("delete");
+    secrets
+        .delete("acs", &Default::default())
+        .await
+        .expect("delete");
     cycle(&mut c, "Secret gone").await;
     let mut again = acs.clone();
     again.metadata = kube::api::ObjectMeta {
@@ -2379,7 +2415,10 @@ async fn one_failed_secret_read_or_listing_writes_nothing() {
         namespace: Some(f.ns.clone()),
         ..Default::default()
     };
-    secrets.create(&Default::default(), &again).await.expect("recreate");
+    secrets
+        .create(&Default::default(), &again)
+        .await
+        .expect("recreate");
     for _ in 0..3 {
         cycle(&mut c, "Secret back").await;
     }
@@ -2404,9 +2443,15 @@ async fn one_failed_secret_read_or_listing_writes_nothing() {
     }
     row.measure("condition_writes", writes);
     row.measure("extra_events", events_after - events_before);
-    row.saw(format!("{writes} write(s), {} Event(s), changed: {changed:?}", events_after - events_before));
+    row.saw(format!(
+        "{writes} write(s), {} Event(s), changed: {changed:?}",
+        events_after - events_before
+    ));
     assert_eq!(writes, 0, "writes during transient trouble");
-    assert_eq!(events_after, events_before, "Events during transient trouble");
+    assert_eq!(
+        events_after, events_before,
+        "Events during transient trouble"
+    );
     assert!(changed.is_empty(), "verdicts moved: {changed:?}");
     f.cleanup().await;
 }

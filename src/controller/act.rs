@@ -199,7 +199,7 @@ impl Controller {
         let m = &t.machine;
         let machine = format!("{}/{}", m.namespace, m.name);
         let write = self.events.publish(
-            (&m.namespace, &m.name),
+            (&m.namespace, &m.name, m.uid.as_deref()),
             warning,
             reason,
             note,

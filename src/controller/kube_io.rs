@@ -390,24 +390,31 @@ impl Events {
         }
     }
 
-    /// Publishes one Event about Machine `namespace/name`, within `timeout`.
+    /// Publishes one Event about Machine `namespace/name` (with its `uid`, so that `kubectl
+    /// describe machine` lists it), within `timeout`.
     pub async fn publish(
         &self,
-        (namespace, name): (&str, &str),
+        (namespace, name, uid): (&str, &str, Option<&str>),
         warning: bool,
         reason: &str,
         note: String,
         timeout: Duration,
     ) -> Result<(), KubeError> {
-        let reference = ObjectReference {
+        let reference = self.machine_reference(namespace, name, uid);
+        self.publish_about(reference, None, warning, reason, note, timeout)
+            .await
+    }
+
+    /// The reference an Event about a Machine names.
+    fn machine_reference(&self, namespace: &str, name: &str, uid: Option<&str>) -> ObjectReference {
+        ObjectReference {
             api_version: Some(self.machine.api_version.clone()),
             kind: Some("Machine".into()),
             namespace: Some(namespace.to_string()),
             name: Some(name.to_string()),
+            uid: uid.map(str::to_string),
             ..Default::default()
-        };
-        self.publish_about(reference, None, warning, reason, note, timeout)
-            .await
+        }
     }
 
     /// Publishes one Event about the object `reference` names (and `related`, a second object

@@ -135,7 +135,7 @@ async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces
     if o.listing_error.is_some() {
         scope.failed_polls = scope.failed_polls.saturating_add(1);
         let wait = graces.poll_interval * backoff_intervals(scope.failed_polls);
-        scope.report.next_poll = (scope.failed_polls > 1).then(|| now + wait);
+        scope.report.next_poll = (scope.failed_polls > 1).then(|| crate::verdict::later(now, wait));
     } else {
         scope.failed_polls = 0;
         scope.report.next_poll = None;

@@ -109,7 +109,7 @@ pub fn decide(f: &EscalationFacts<'_>) -> Escalation {
             ),
         );
     }
-    let due = f.since + f.delay;
+    let due = crate::verdict::later(f.since, f.delay);
     if f.now < due {
         return Escalation::Held {
             reason: hold::ESCALATION_DELAY,

@@ -35,7 +35,7 @@ pub fn hold(spec: Option<&LeaseSpec>, identity: &str, now: Timestamp) -> Hold {
         return Hold::Expired("the Lease names no renew time".into());
     };
     let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
-    let expires = renewed.0 + duration;
+    let expires = crate::verdict::later(renewed.0, duration);
     if now > expires {
         return Hold::Expired(format!(
             "our hold on the Lease expired at {}",
@@ -55,7 +55,7 @@ pub fn may_write(
     write_timeout: SignedDuration,
     margin: SignedDuration,
 ) -> bool {
-    now + write_timeout + margin < expires
+    crate::verdict::later(now, write_timeout + margin) < expires
 }
 
 #[cfg(test)]
@@ -93,6 +93,22 @@ mod tests {
         assert!(may_write(t(15), t(7), timeout, margin));
         assert!(!may_write(t(15), t(8), timeout, margin));
         assert!(!may_write(t(15), t(20), timeout, margin));
+    }
+
+    #[test]
+    fn a_renew_time_at_the_end_of_time_is_read_without_overflow() {
+        // The API server can hold any MicroTime; adding the duration once panicked.
+        let mut far = spec("shim-a", 0);
+        far.renew_time = Some(MicroTime(Timestamp::MAX));
+        let h = hold(Some(&far), "shim-a", t(0));
+        assert_eq!(
+            h,
+            Hold::Ours {
+                expires: Timestamp::MAX
+            }
+        );
+        let (timeout, margin) = (SignedDuration::from_secs(5), SignedDuration::from_secs(2));
+        assert!(!may_write(Timestamp::MAX, Timestamp::MAX, timeout, margin));
     }
 
     #[test]

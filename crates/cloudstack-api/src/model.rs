@@ -149,24 +149,38 @@ impl Serialize for HostControlState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct CsTime(pub Timestamp);
 
+/// The times a CloudStack date may carry: from the Unix epoch to the year 2200. Anything
+/// outside is refused (the field reads as absent) rather than fed to arithmetic that a
+/// far-future date could overflow.
+const CS_TIME_RANGE: (i64, i64) = (0, 7_258_118_400);
+
 impl CsTime {
     pub fn parse(s: &str) -> Result<Self, String> {
         let s = s.trim();
+        let t = Self::read(s).ok_or_else(|| format!("not a CloudStack date: {s:?}"))?;
+        let secs = t.as_second();
+        if secs < CS_TIME_RANGE.0 || secs >= CS_TIME_RANGE.1 {
+            return Err(format!(
+                "CloudStack date {s:?} is outside 1970..2200; not used"
+            ));
+        }
+        Ok(Self(t))
+    }
+
+    fn read(s: &str) -> Option<Timestamp> {
         if let Ok(t) =
             jiff::fmt::strtime::parse("%Y-%m-%dT%H:%M:%S%z", s).and_then(|t| t.to_timestamp())
         {
-            return Ok(Self(t));
+            return Some(t);
         }
         if let Ok(t) = s.parse::<Timestamp>() {
-            return Ok(Self(t));
+            return Some(t);
         }
         // `yyyy-MM-dd HH:mm:ss` (usage-history parameters) carries no zone: read it as UTC.
-        if let Ok(dt) = s.parse::<jiff::civil::DateTime>() {
-            if let Ok(z) = dt.to_zoned(jiff::tz::TimeZone::UTC) {
-                return Ok(Self(z.timestamp()));
-            }
-        }
-        Err(format!("not a CloudStack date: {s:?}"))
+        let dt = s.parse::<jiff::civil::DateTime>().ok()?;
+        dt.to_zoned(jiff::tz::TimeZone::UTC)
+            .ok()
+            .map(|z| z.timestamp())
     }
 
     /// The `+0000` form CloudStack has always accepted (used for `expires`).
@@ -643,6 +657,16 @@ mod tests {
         assert_eq!(b, c);
         assert_eq!(b.to_cloudstack_string(), "2021-09-29T12:20:11+0000");
         assert!(CsTime::parse("yesterday").is_err());
+        // Far-future and pre-epoch dates are refused with a reason, never used.
+        for far in [
+            "9999-12-31T23:59:59+0000",
+            "2200-01-01T00:00:00Z",
+            "1969-12-31T23:59:59Z",
+        ] {
+            let e = CsTime::parse(far).unwrap_err();
+            assert!(e.contains("outside 1970..2200"), "{far}: {e}");
+        }
+        assert!(CsTime::parse("2199-12-31T23:59:59Z").is_ok());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::history::{Sighting, VmHistory};
 use super::probe::{assess_probe, unanswered_message, ProbeEvidence};
 use super::standing::stand_or_replace;
 use super::traffic::{assess_traffic, TrafficEvidence};
-use super::{at, human_duration, reason, Graces, Status, Verdict};
+use super::{at, human_duration, later, reason, Graces, Status, Verdict};
 use cloudstack_api::model::VmState;
 
 /// The few facts about the Machine that change how VM evidence is read.
@@ -100,7 +100,7 @@ fn evaluate_vm(h: &VmHistory, machine: &MachineFacts, g: &Graces, now: Timestamp
                         seen.name
                     ),
                 );
-                v.changes_at(now + g.poll_interval)
+                v.changes_at(later(now, g.poll_interval))
             }
         }
         VmState::Stopped | VmState::Shutdown => stopped(seen, since, g, now),
@@ -117,7 +117,7 @@ fn evaluate_vm(h: &VmHistory, machine: &MachineFacts, g: &Graces, now: Timestamp
                     reason::VM_DESTROYED,
                     format!("VM {} reported {state}; confirming", seen.name),
                 )
-                .changes_at(now + g.poll_interval)
+                .changes_at(later(now, g.poll_interval))
             }
         }
         VmState::Starting | VmState::Stopping | VmState::Restoring => {
@@ -132,7 +132,7 @@ fn evaluate_vm(h: &VmHistory, machine: &MachineFacts, g: &Graces, now: Timestamp
                 )
             } else {
                 Verdict::new(Status::Unknown, reason::VM_IN_TRANSITION, message)
-                    .changes_at(since + g.transition)
+                    .changes_at(later(since, g.transition))
             }
         }
         VmState::Migrating => Verdict::new(
@@ -212,7 +212,7 @@ fn absent(h: &VmHistory, g: &Graces) -> Verdict {
     }
 }
 
-/// `False` once `since + grace` has passed, else `Unknown` with the time it would flip.
+/// `False` once `later(since, grace)` has passed, else `Unknown` with the time it would flip.
 fn graced(
     grace: SignedDuration,
     since: Timestamp,
@@ -232,7 +232,7 @@ fn graced(
             reason,
             format!("{message}; False after {}", human_duration(grace)),
         )
-        .changes_at(since + grace)
+        .changes_at(later(since, grace))
     }
 }
 

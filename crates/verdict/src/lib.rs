@@ -150,6 +150,16 @@ impl Verdict {
     }
 }
 
+/// `t + d`, held at the ends of the representable range instead of panicking: times come from
+/// CloudStack and the API server, and a far-future one must not crash the controller.
+pub fn later(t: Timestamp, d: jiff::SignedDuration) -> Timestamp {
+    t.saturating_add(d).unwrap_or(if d.is_negative() {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    })
+}
+
 /// Seconds as a short human string (`75s`, `3m20s`, `1h2m`).
 pub fn human_duration(d: jiff::SignedDuration) -> String {
     let secs = d.as_secs().max(0);

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::history::{Sighting, Traffic, VmHistory};
 use super::traffic::cadence_in_force;
-use super::{at, Graces, MachineFacts};
+use super::{at, later, Graces, MachineFacts};
 use cloudstack_api::model::VmState;
 
 /// How the probe is paced; `Graces::probe` is `None` when the probe is off.
@@ -272,7 +272,7 @@ fn counted_unanswered<'h>(h: &'h VmHistory, pg: &ProbeGraces) -> Vec<&'h ProbeAt
     let alive_before = h.probe.ever_answered || h.traffic.rises > 0;
     let counts_from = match (alive_before, h.state_since) {
         (true, _) => None,
-        (false, Some(running_since)) => Some(running_since + pg.boot_grace),
+        (false, Some(running_since)) => Some(later(running_since, pg.boot_grace)),
         (false, None) => return Vec::new(),
     };
     let mut counted: Vec<&ProbeAttempt> = Vec::new();
@@ -303,13 +303,13 @@ pub fn flat_across(t: &Traffic, seen: &Sighting, since: Timestamp, g: &Graces) -
         .max(g.poll_interval);
     let slack = SignedDuration::from_secs(5);
     if t.last_rise
-        .is_some_and(|r| r >= since + cadence + spacing + slack)
+        .is_some_and(|r| r >= later(since, cadence + spacing + slack))
     {
         return false;
     }
     let rows_after = t.rows.as_deref().is_some_and(|rows| {
         rows.iter()
-            .any(|(ts, kib)| *kib > 0 && ts.0 >= since + cadence + slack)
+            .any(|(ts, kib)| *kib > 0 && ts.0 >= later(since, cadence + slack))
     });
     !rows_after
 }

@@ -1102,3 +1102,116 @@ fn a_rise_seen_across_a_gap_is_activity_but_a_flat_counter_starts_over() {
     assert_ne!(v.status, Status::False);
     assert_eq!(r.h.traffic.flat_since, Some(at(720)));
 }
+
+/// A base instant anywhere jiff can represent, weighted to its two ends (where an addition
+/// overflows) and to today, plus offsets: the times of one case lie near each other, as a
+/// VM's rows, dates and the clock do — also when they are all absurd.
+fn base_time() -> impl Strategy<Value = i64> {
+    let (min, max) = (Timestamp::MIN.as_second(), Timestamp::MAX.as_second());
+    prop_oneof![
+        min..=max,
+        (max - 5_000)..=max,
+        min..=(min + 5_000),
+        1_796_000_000i64..1_796_100_000,
+    ]
+}
+
+fn near(base: i64, offset: i64) -> Timestamp {
+    let (min, max) = (Timestamp::MIN.as_second(), Timestamp::MAX.as_second());
+    Timestamp::from_second(base.saturating_add(offset).clamp(min, max)).expect("clamped")
+}
+
+fn any_state() -> impl Strategy<Value = VmState> {
+    prop::sample::select(vec![
+        VmState::Running,
+        VmState::Stopped,
+        VmState::Error,
+        VmState::Starting,
+        VmState::Destroyed,
+        VmState::Migrating,
+    ])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The whole decision pipeline — recording polls and usage rows, the paused-collection
+    /// check, the record standing, the mass-failure guard and the next condition — never
+    /// panics, whatever times the VM rows, CloudStack's dates, the published condition and the
+    /// clock carry (a far-future date once overflowed an addition and crashed the controller).
+    #[test]
+    fn no_time_from_anywhere_panics_the_pipeline(
+        base in base_time(),
+        polls in proptest::collection::vec(
+            (-5_000i64..5_000, any_state(), proptest::option::of(any::<u64>()),
+             proptest::option::of(-5_000i64..5_000), proptest::option::of(-5_000i64..5_000)),
+            1..6),
+        rows in proptest::collection::vec((-5_000i64..5_000, any::<u64>()), 0..12),
+        published in proptest::option::of((-5_000i64..5_000, 0usize..3, 0usize..20)),
+        has_node in any::<bool>(),
+        now in -5_000i64..5_000,
+    ) {
+        let now = near(base, now);
+        let polls: Vec<_> = polls
+            .into_iter()
+            .map(|(t, st, tx, c, u)| (near(base, t), st, tx, c.map(|c| near(base, c)), u.map(|u| near(base, u))))
+            .collect();
+        let rows: Vec<_> = rows.into_iter().map(|(t, k)| (near(base, t), k)).collect();
+        let published = published.map(|(t, st, r)| (near(base, t), st, r));
+        let mut g = Graces::default();
+        g.probe = Some(crate::probe::ProbeGraces::from_stats_interval(g.stats_interval));
+        let mut h = VmHistory::new("vm-1");
+        for (at_, state, tx, created, updated) in &polls {
+            let mut v = vm(state.clone());
+            v.networkkbswrite = *tx;
+            v.created = created.map(CsTime);
+            v.lastupdated = updated.map(CsTime);
+            h.record(PollOutcome::Seen(&v), *at_, &g);
+            let samples: Vec<UsageSample> = rows
+                .iter()
+                .map(|(t, kib)| UsageSample {
+                    timestamp: Some(CsTime(*t)),
+                    networkkbswrite: Some(*kib),
+                    networkkbsread: None,
+                })
+                .collect();
+            h.record_usage(Some(&samples), *at_);
+        }
+        let mut fleet = vec![&mut h];
+        crate::mark_paused_collections(fleet.drain(..), &g, now);
+        let condition = published.map(|(ltt, status, reason)| condition::ConditionState {
+            type_: "CloudStackVMHealthy".into(),
+            status: [Status::True, Status::False, Status::Unknown][status],
+            reason: reason::ALL[reason % reason::ALL.len()].into(),
+            message: "m".into(),
+            last_transition_time: ltt,
+        });
+        let subjects = [crate::Subject {
+            scope: Some("s"),
+            evidence: crate::Evidence::Observed(&h),
+            facts: MachineFacts { has_node, ..Default::default() },
+            published: condition.as_ref(),
+        }];
+        let d = crate::decide(&subjects, &g, &crate::MassFailureGuard::default(), now);
+        let c = d.conditions(&subjects, "CloudStackVMHealthy", now);
+        prop_assert_eq!(c.len(), 1);
+    }
+}
+
+#[test]
+fn a_clock_at_the_end_of_time_does_not_overflow_a_grace() {
+    // Each of these added a grace to a time near the end of jiff's range and panicked.
+    let g = Graces::default();
+    let end = Timestamp::MAX - SignedDuration::from_secs(10);
+    for state in [
+        VmState::Error,
+        VmState::Stopped,
+        VmState::Starting,
+        VmState::Destroyed,
+    ] {
+        let mut h = VmHistory::new("vm-1");
+        h.record(PollOutcome::Seen(&vm(state)), end, &g);
+        let v = evaluate(&h, &MachineFacts::default(), &g, end);
+        assert_ne!(v.status, Status::False, "{v:?}");
+    }
+}

@@ -18,7 +18,7 @@
 use jiff::{SignedDuration, Timestamp};
 
 use super::history::{Sighting, Traffic};
-use super::{at, human_duration, Graces};
+use super::{at, human_duration, later, Graces};
 use cloudstack_api::model::CsTime;
 
 /// What the traffic statistics say about the guest.
@@ -263,7 +263,7 @@ fn assess_rows(
                 "guest→host traffic 0 KiB in the stats samples since {}",
                 at(start.0)
             ),
-            silent_at: Some(newest.0 + (window - covered)),
+            silent_at: Some(later(newest.0, window - covered)),
         };
     }
     let rows_total: u64 = rows.iter().map(|r| r.1).sum();
@@ -288,7 +288,7 @@ fn assess_rows(
     // The counter is read a poll after a row lands, hence the margin.
     let margin = cadence + g.poll_interval + TIMESTAMP_SLACK;
     let run_began = start.0 - cadence;
-    if t.last_rise.is_some_and(|r| r > run_began + margin) {
+    if t.last_rise.is_some_and(|r| r > later(run_began, margin)) {
         return inconclusive(
             "guest→host traffic reads 0 KiB per stats sample, but its counter still rises: a \
              trickle under 1 KiB per sample",
@@ -296,7 +296,7 @@ fn assess_rows(
     }
     // A counter first read after the run began (a restarted shim, a Machine that just lost
     // its Node) must be seen flat for twice the window before it stands for the rows.
-    let flat_needed = if flat_since <= run_began + margin {
+    let flat_needed = if flat_since <= later(run_began, margin) {
         SignedDuration::ZERO
     } else {
         window * 2
@@ -309,7 +309,7 @@ fn assess_rows(
                 at(start.0),
                 at(flat_since)
             ),
-            silent_at: Some(flat_since + flat_needed),
+            silent_at: Some(later(flat_since, flat_needed)),
         };
     }
     TrafficEvidence::Silent(format!(
@@ -368,7 +368,7 @@ fn assess_counter_alone(
                 "guest→host traffic flat at {value} KiB since {}",
                 at(flat_since)
             ),
-            silent_at: Some(flat_since + window),
+            silent_at: Some(later(flat_since, window)),
         };
     }
     TrafficEvidence::Silent(format!(
