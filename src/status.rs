@@ -124,6 +124,10 @@ pub struct MachineReport {
     pub scope: Option<String>,
     /// Console URL for a `False` Machine; reserved: console links are not implemented yet, always `None`.
     pub console_url: Option<String>,
+    /// This cycle's condition write failed: what it could not write and why. The verdict
+    /// fields then show what the Machine still carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -2455,3 +2455,152 @@ async fn one_failed_secret_read_or_listing_writes_nothing() {
     assert!(changed.is_empty(), "verdicts moved: {changed:?}");
     f.cleanup().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// 7. A refused condition write is shown as refused.
+
+/// With src/ at 45755a3 this fails: `/status` showed the decided `False/VMError` although the
+/// API server refused the write and the Machine carried no condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn a_refused_condition_write_shows_as_failed_in_status() {
+    let client = kube_client().await;
+    let _serial = SERIAL.lock().await;
+    let f = fixture(
+        client.clone(),
+        &sentinel_secret(),
+        &[("vm-err", "healthy", "Error")],
+    )
+    .await;
+    f.machine("m-err", Some("vm-err"), false, "fd1").await;
+    // An admission policy refuses every status update of Machines in this namespace.
+    let policy = format!("refuse-machine-status-{}", f.ns);
+    let vap = kube_support::ar(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+    );
+    let binding = kube_support::ar(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+    );
+    kube_support::create(&client, "", &vap, json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": policy},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["cluster.x-k8s.io"], "apiVersions": ["*"],
+                "operations": ["UPDATE"], "resources": ["machines/status"]}]},
+            "validations": [{"expression": "false", "message": "machine status is frozen by the test"}]}
+    })).await;
+    kube_support::create(&client, "", &binding, json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy},
+        "spec": {"policyName": policy, "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": f.ns}}}}
+    })).await;
+    // The policy takes effect within a few seconds: wait until a status update is refused.
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &f.ns, &f.resources.machine);
+    wait_for!(
+        Duration::from_secs(30),
+        "the policy refuses status updates",
+        {
+            machines
+                .patch_status(
+                    "m-err",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"phase": "Provisioning"}})),
+                )
+                .await
+                .err()
+        }
+    );
+    let (mut c, report) = f.controller(&[]).await;
+    let until = Instant::now() + Duration::from_secs(60);
+    let m = loop {
+        c.cycle(Timestamp::now()).await;
+        let r = report.read().await.clone();
+        let m = r
+            .clusters
+            .get(&format!("{}/c1", f.ns))
+            .and_then(|c| c.machines.get("m-err"))
+            .cloned();
+        if let Some(m) = m.filter(|m| m.write_error.is_some()) {
+            break m;
+        }
+        assert!(
+            Instant::now() < until,
+            "no refused write shown: {:?}",
+            r.clusters
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let err = m.write_error.clone().unwrap_or_default();
+    assert!(err.contains("could not write"), "{err}");
+    assert!(err.contains("frozen by the test"), "{err}");
+    // /status shows what the Machine carries (nothing, or the Unknown written before the
+    // policy took effect), never the refused False, and does not escalate on it.
+    let carried = seen(&f, "m-err").await;
+    assert_ne!(carried.as_ref().map(|s| s.status.as_str()), Some("False"));
+    assert_eq!(
+        m.verdict.map(|s| s.to_string()),
+        carried.as_ref().map(|s| s.status.clone()),
+        "{m:?}"
+    );
+    assert_eq!(m.escalation, "held", "{m:?}");
+    assert!(!carried.is_some_and(|s| s.annotated));
+    for (r, name) in [(&binding, &policy), (&vap, &policy)] {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), r);
+        let _ = api.delete(name, &Default::default()).await;
+    }
+    f.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. A workload kubeconfig that would run a command is refused.
+
+/// With src/ at 45755a3 this fails: the NodeNotLinked lookup built a client from the Secret as
+/// it was, and its `exec` stanza ran a command in the shim's process (the marker file appears).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn a_workload_kubeconfig_with_exec_is_refused_not_run() {
+    let client = kube_client().await;
+    let _serial = SERIAL.lock().await;
+    let f = fixture(
+        client.clone(),
+        &sentinel_secret(),
+        &[("vm-err", "healthy", "Error")],
+    )
+    .await;
+    f.machine("m-err", Some("vm-err"), false, "fd1").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+         clusters:\n- name: w\n  cluster:\n    server: https://127.0.0.1:1\n\
+         users:\n- name: admin\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      \
+         command: /bin/sh\n      args: [-c, 'touch {}']\n      interactiveMode: Never\n\
+         contexts:\n- name: c\n  context: {{cluster: w, user: admin}}\n",
+        marker.display()
+    );
+    f.secret("c1-kubeconfig", &[("value", &kubeconfig)]).await;
+    let (mut c, report) = f.controller(&[]).await;
+    let st = f
+        .cycle_until(&mut c, &["m-err"], Duration::from_secs(60), |v| {
+            is(&v["m-err"], "False", "VMError")
+        })
+        .await;
+    // The lookup ran (the verdict is False and a Node-less Machine) and was refused.
+    let problems = report.read().await.problems.clone();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("c1-kubeconfig") && p.contains("refused") && p.contains("exec")),
+        "a clear problem: {problems:?} ({st:?})"
+    );
+    assert!(!marker.exists(), "the kubeconfig's command ran");
+    f.cleanup().await;
+}

@@ -33,6 +33,16 @@ pub(super) struct EscalationState {
     pub detail: Option<String>,
 }
 
+/// What the act phase did, for the report.
+#[derive(Debug, Default)]
+pub(super) struct Acted {
+    /// Each target's escalation state (in target order).
+    pub escalations: Vec<EscalationState>,
+    /// Machines (`namespace/name`) whose condition write failed this cycle, with why: `/status`
+    /// shows what they still carry and the failure, not the condition that was not written.
+    pub failed_writes: std::collections::BTreeMap<String, String>,
+}
+
 /// The kinds of writes, as the `kind` label of `capc_health_kube_writes_total`.
 pub(super) mod kind {
     pub const CONDITION: &str = "condition";
@@ -48,12 +58,22 @@ impl Controller {
         d: &Decided,
         now: Timestamp,
         summary: &mut CycleSummary,
-    ) -> Vec<EscalationState> {
+    ) -> Acted {
         // Why writes were not sent this cycle (the first refusal stands for all of them).
         let mut refused: Option<String> = None;
+        let mut failed_writes = std::collections::BTreeMap::new();
         for (t, next, outcome) in self.write_conditions(&g.targets, &d.conditions).await {
-            if let Err(KubeError::NotLeader { message, .. }) = &outcome {
-                refused.get_or_insert_with(|| message.clone());
+            match &outcome {
+                Err(KubeError::NotLeader { message, .. }) => {
+                    refused.get_or_insert_with(|| message.clone());
+                }
+                Err(e) => {
+                    failed_writes.insert(
+                        format!("{}/{}", t.machine.namespace, t.machine.name),
+                        format!("could not write {}/{}: {e}", next.status, next.reason),
+                    );
+                }
+                Ok(()) => {}
             }
             self.record_write(t, next, outcome, now, summary);
         }
@@ -75,6 +95,14 @@ impl Controller {
                 },
                 detail: None,
             };
+            let machine = format!("{}/{}", t.machine.namespace, t.machine.name);
+            if let Some(error) = failed_writes.get(&machine) {
+                // Never escalate on a condition the Machine does not carry.
+                state.state = "held";
+                state.detail = Some(error.clone());
+                states.push(state);
+                continue;
+            }
             if let Some(published) = next {
                 if let Some(node) = d.unlinked.get(&i) {
                     state.state = "held";
@@ -104,7 +132,10 @@ impl Controller {
                 summary.refused_writes
             ));
         }
-        states
+        Acted {
+            escalations: states,
+            failed_writes,
+        }
     }
 
     /// Sends one write of `kind` about `object` (`Machine ns/name`) if the Lease is confirmed, and counts its

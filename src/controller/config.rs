@@ -51,9 +51,19 @@ pub fn parse_override(s: &str) -> Result<EndpointOverride, String> {
     })
 }
 
-/// Longest `--kube-timeout`: the leader Lease lasts 15 s, is renewed 7 s before its end, and a
-/// write must end 1 s before it; much above 10 s no write would ever be sent.
-pub const MAX_KUBE_TIMEOUT: SignedDuration = SignedDuration::from_secs(10);
+/// The leader Lease: valid this long after each renewal, renewed this long before it runs out.
+pub const LEASE_SECONDS: u64 = 15;
+pub const LEASE_RENEW_BEFORE_SECONDS: u64 = 7;
+/// How long before the Lease's end a write must be over (clock skew between replicas).
+pub const LEASE_SKEW_MARGIN: SignedDuration = SignedDuration::from_secs(1);
+
+/// Longest `--kube-timeout`: a write is sent only if it ends, with the skew margin, strictly
+/// before the Lease does; when the renewal is due `LEASE_RENEW_BEFORE_SECONDS` are left, and
+/// the renewal call itself takes up to a second more. A longer timeout would refuse writes in
+/// part of every Lease period (8–10 s once were accepted and did).
+/// `lease_leaves_room_for_every_write` checks it against `lease::may_write`.
+pub const MAX_KUBE_TIMEOUT: SignedDuration =
+    SignedDuration::from_secs(LEASE_RENEW_BEFORE_SECONDS as i64 - LEASE_SKEW_MARGIN.as_secs() - 1);
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -98,7 +108,8 @@ pub struct RunArgs {
     pub rate_limit: f64,
     /// Timeout of each call to the management cluster's API server: every write (condition,
     /// annotation, Event), Secret read and Lease confirmation. A write must end this long before
-    /// the leader Lease could expire, or it is not sent.
+    /// the leader Lease could expire, or it is not sent; at most 5s, so that every write fits
+    /// between two renewals of the 15 s Lease.
     #[arg(long, env = "CAPC_HEALTH_KUBE_TIMEOUT", default_value = "5s", value_parser = duration_in(SignedDuration::from_secs(1), MAX_KUBE_TIMEOUT))]
     pub kube_timeout: SignedDuration,
     /// Condition writes (each with its Event) in flight at once; a cold start writes one per Machine.
@@ -170,6 +181,31 @@ pub fn parse_secret_ref(s: &str) -> Result<SecretRef, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lease_leaves_room_for_every_write() {
+        use crate::k8s::lease::may_write;
+        let renewed = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let expires = renewed + SignedDuration::from_secs(LEASE_SECONDS as i64);
+        let renewal_due = LEASE_SECONDS - LEASE_RENEW_BEFORE_SECONDS;
+        // Anywhere between two renewals (and a second into a slow renewal), a write of the
+        // longest timeout still fits...
+        for ms in 0..=(renewal_due * 1000 + 999) {
+            let now = renewed + SignedDuration::from_millis(ms as i64);
+            assert!(
+                may_write(expires, now, MAX_KUBE_TIMEOUT, LEASE_SKEW_MARGIN),
+                "a {MAX_KUBE_TIMEOUT:?} write refused {ms} ms after the renewal"
+            );
+        }
+        // ... and one second more would be refused just before the renewal.
+        let late = renewed + SignedDuration::from_secs(renewal_due as i64);
+        assert!(!may_write(
+            expires,
+            late,
+            MAX_KUBE_TIMEOUT + SignedDuration::from_secs(1),
+            LEASE_SKEW_MARGIN
+        ));
+    }
 
     #[test]
     fn probe_secrets_are_namespace_slash_name() {

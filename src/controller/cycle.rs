@@ -146,10 +146,9 @@ impl Controller {
             self.probe_step(now).await;
             let new_orphans = self.find_orphans(&gathered, now);
             let decided = self.decide(&gathered, now, &mut summary).await;
-            let escalations = self.act(&gathered, &decided, now, &mut summary).await;
+            let acted = self.act(&gathered, &decided, now, &mut summary).await;
             self.announce_orphans(&new_orphans).await;
-            self.report(&gathered, &decided, escalations, &summary, now)
-                .await;
+            self.report(&gathered, &decided, acted, &summary, now).await;
             summary
         }
         .instrument(span)

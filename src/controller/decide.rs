@@ -215,12 +215,16 @@ impl Controller {
 /// own). A missing Secret or an unreachable workload API is normal while a cluster is created
 /// and stays a debug log. Either way the verdict stands.
 fn lookup_problem(e: &KubeError) -> Option<String> {
-    matches!(e, KubeError::Forbidden { .. }).then(|| {
-        format!(
+    match e {
+        KubeError::Forbidden { .. } => Some(format!(
             "NodeNotLinked guard cannot look for the Machine's Node (the verdict stands): {e}; \
              grant `get` on that Secret or run with --no-workload-node-lookup"
-        )
-    })
+        )),
+        KubeError::Refused { .. } => Some(format!(
+            "NodeNotLinked guard cannot look for the Machine's Node (the verdict stands): {e}"
+        )),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

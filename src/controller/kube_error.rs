@@ -46,6 +46,10 @@ pub enum KubeError {
     /// The object or its configuration is unusable (a Secret without the key, a bad kubeconfig).
     #[error("{what}: {message}")]
     Unusable { what: String, message: String },
+    /// The shim refused to use it (e.g. a kubeconfig that would run a command): an operator
+    /// must fix the object.
+    #[error("{what}: refused: {message}")]
+    Refused { what: String, message: String },
     /// The leader Lease could not be confirmed before a write: the write was not sent.
     #[error("{what}: not written: {message}")]
     NotLeader { what: String, message: String },
@@ -96,6 +100,7 @@ impl KubeError {
             Self::Timeout { .. } => "timeout",
             Self::Transport { .. } => "transport",
             Self::Unusable { .. } => "unusable",
+            Self::Refused { .. } => "refused",
             Self::NotLeader { .. } => "not_leader",
         }
     }

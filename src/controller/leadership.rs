@@ -18,7 +18,7 @@ use super::kube_error::{within, KubeError};
 use crate::k8s::lease::{self, Hold};
 
 /// Spare time between a write's deadline and the Lease's expiry: clock skew between replicas.
-const SKEW_MARGIN: SignedDuration = SignedDuration::from_secs(1);
+use super::config::LEASE_SKEW_MARGIN as SKEW_MARGIN;
 
 /// How long to wait for the renewer when our hold is too close to its end for a write.
 const RENEWAL_WAIT: Duration = Duration::from_secs(1);

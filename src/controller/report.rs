@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 
-use super::act::EscalationState;
+use super::act::{Acted, EscalationState};
 use super::cycle::{Controller, CycleSummary};
 use super::decide::Decided;
 use super::gather::Gathered;
@@ -18,13 +18,22 @@ impl Controller {
         &self,
         g: &Gathered,
         d: &Decided,
-        escalations: Vec<EscalationState>,
+        acted: Acted,
         summary: &CycleSummary,
         now: Timestamp,
     ) {
         let mut clusters: BTreeMap<String, ClusterReport> = BTreeMap::new();
-        for ((t, published), escalation) in g.targets.iter().zip(&d.conditions).zip(escalations) {
-            let report = self.machine_report(g, t, published.as_ref(), escalation);
+        for ((t, decided), escalation) in g.targets.iter().zip(&d.conditions).zip(acted.escalations)
+        {
+            let machine = format!("{}/{}", t.machine.namespace, t.machine.name);
+            let write_error = acted.failed_writes.get(&machine).cloned();
+            // A condition that could not be written is not what the Machine carries.
+            let published = match write_error {
+                Some(_) => t.current.as_ref(),
+                None => decided.as_ref(),
+            };
+            let mut report = self.machine_report(g, t, published, escalation);
+            report.write_error = write_error;
             clusters
                 .entry(format!(
                     "{}/{}",

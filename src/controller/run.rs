@@ -32,10 +32,7 @@ pub mod exit {
     pub const APIS_CHANGED: u8 = 6;
 }
 
-/// The leader Lease: valid this long after each renewal, renewed this long before it runs out.
-/// Writes need `--kube-timeout` (+1 s) of it left, so renewing early keeps writes flowing.
-const LEASE_SECONDS: u64 = 15;
-const LEASE_RENEW_BEFORE_SECONDS: u64 = 7;
+use super::config::{LEASE_RENEW_BEFORE_SECONDS, LEASE_SECONDS};
 
 /// How often discovery runs again while leading (CAPI upgrades flip served versions).
 const REDISCOVERY_EVERY: Duration = Duration::from_secs(600);

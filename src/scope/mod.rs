@@ -107,13 +107,17 @@ impl ScopeObserver {
                 }
             }
             ScopePoll::Listed { vms, complete } => {
-                let by_id: HashMap<&str, &VirtualMachine> =
-                    vms.iter().map(|vm| (vm.id.as_str(), vm)).collect();
+                // CloudStack's ids compare case-insensitively; histories are keyed lowercased
+                // (as the CloudStackMachines' instanceIDs are read).
+                let by_id: HashMap<String, &VirtualMachine> = vms
+                    .iter()
+                    .map(|vm| (vm.id.to_ascii_lowercase(), vm))
+                    .collect();
                 if self.track_all_listed {
-                    for vm in vms {
+                    for id in by_id.keys() {
                         self.histories
-                            .entry(vm.id.clone())
-                            .or_insert_with(|| VmHistory::new(vm.id.clone()));
+                            .entry(id.clone())
+                            .or_insert_with(|| VmHistory::new(id.clone()));
                     }
                 }
                 for (id, h) in self.histories.iter_mut() {
@@ -144,8 +148,10 @@ impl ScopeObserver {
         since: Timestamp,
         now: Timestamp,
     ) {
-        let by_id: HashMap<&str, &UsageHistoryVm> =
-            items.iter().map(|i| (i.id.as_str(), i)).collect();
+        let by_id: HashMap<String, &UsageHistoryVm> = items
+            .iter()
+            .map(|i| (i.id.to_ascii_lowercase(), i))
+            .collect();
         for id in asked {
             if let Some(h) = self.histories.get_mut(id) {
                 let rows: Option<Vec<_>> = by_id.get(id.as_str()).map(|item| {
@@ -325,6 +331,28 @@ mod tests {
         assert_eq!(o.histories["b"].absent_polls, 1);
         assert!(o.histories["b"].last_error.is_none());
         assert_eq!(o.usage_candidates(&g, at(30)), vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn vm_ids_match_whatever_their_case() {
+        // instanceIDs are read lowercased; a CloudStack answering in capitals must not make
+        // its VMs look missing (VMNotFound after two polls).
+        let g = Graces::default();
+        let id = "1d8d87d4-1425-459c-8d81-c6f57dca2bd2";
+        let mut o = ScopeObserver::tracking([id.to_string()]);
+        let listing = [vm(&id.to_ascii_uppercase())];
+        for t in [0, 30] {
+            o.record(
+                ScopePoll::Listed {
+                    vms: &listing,
+                    complete: true,
+                },
+                at(t),
+                &g,
+            );
+        }
+        assert_eq!(o.histories[id].absent_polls, 0);
+        assert!(o.histories[id].sighting.is_some());
     }
 
     #[test]

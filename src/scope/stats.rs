@@ -164,7 +164,10 @@ pub(super) async fn ask_stats(
 ) {
     let ids: Vec<String> = vms
         .iter()
-        .filter(|vm| observer.histories.contains_key(&vm.id) && observer.wants_stats(&vm.id))
+        .filter(|vm| {
+            let id = vm.id.to_ascii_lowercase();
+            observer.histories.contains_key(&id) && observer.wants_stats(&id)
+        })
         .map(|vm| vm.id.clone())
         .collect();
     if ids.is_empty() {
@@ -181,10 +184,10 @@ pub(super) async fn ask_stats(
             let by_id: HashMap<String, VirtualMachine> = with_stats
                 .vms
                 .into_iter()
-                .map(|vm| (vm.id.clone(), vm))
+                .map(|vm| (vm.id.to_ascii_lowercase(), vm))
                 .collect();
             for vm in vms.iter_mut() {
-                if let Some(fresh) = by_id.get(&vm.id) {
+                if let Some(fresh) = by_id.get(&vm.id.to_ascii_lowercase()) {
                     vm.networkkbswrite = fresh.networkkbswrite;
                     vm.networkkbsread = fresh.networkkbsread;
                     vm.cpuused = fresh.cpuused.clone();
