@@ -147,6 +147,7 @@ impl Prober {
             return outcome;
         }
         self.collect(scopes, graces, now, &mut outcome).await;
+        self.end_lost_attempts(scopes, graces, now, &mut outcome);
         if self.report.refused.is_none() {
             self.start_due(scopes, facts, graces, now, &mut outcome)
                 .await;
@@ -220,6 +221,43 @@ impl Prober {
                     ..f
                 }),
                 Err(end) => self.end_attempt(scopes, &f, end, graces, now, outcome),
+            }
+        }
+    }
+
+    /// Ends the attempts a history still marks in flight that no job of this prober carries —
+    /// the probe key was rotated mid-job (a new prober), or the job ended while its scope was
+    /// not offered — as no evidence, so the VM is due again instead of never probed again.
+    fn end_lost_attempts(
+        &mut self,
+        scopes: &mut [ScopeHistories<'_>],
+        graces: &Graces,
+        now: Timestamp,
+        outcome: &mut StepOutcome,
+    ) {
+        for s in scopes.iter_mut() {
+            for h in s.histories.values_mut() {
+                let Some(began) = h.probe.in_flight_since else {
+                    continue;
+                };
+                let carried = self
+                    .in_flight
+                    .iter()
+                    .any(|f| f.vm_id == h.vm_id && f.began == began);
+                if carried {
+                    continue;
+                }
+                self.report.counts.no_evidence += 1;
+                let attempt = ProbeAttempt {
+                    at: began,
+                    router: String::new(),
+                    answer: ProbeAnswer::NoEvidence(
+                        "the attempt's job was lost (probe key rotated, or its scope was not \
+                         offered when it ended)"
+                            .into(),
+                    ),
+                };
+                record_attempt(h, attempt, graces, now, outcome);
             }
         }
     }
@@ -511,4 +549,65 @@ fn history_mut<'h>(
         .find(|s| s.scope == scope)?
         .histories
         .get_mut(vm_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::cloudstack::client::ClientConfig;
+    use crate::cloudstack::model::{VirtualMachine, VmState};
+    use crate::verdict::PollOutcome;
+
+    fn nowhere() -> CloudStackClient {
+        let data: BTreeMap<String, String> = [
+            ("api-url", "http://127.0.0.1:1/client/api"),
+            ("api-key", "k"),
+            ("secret-key", "s"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        CloudStackClient::new(ClientConfig::from_secret_data(&data).unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_attempt_no_job_carries_is_ended_and_the_vm_is_due_again() {
+        // A history marks an attempt in flight, but this prober has no job for it: the key
+        // was rotated mid-job (a new prober), or the job ended while its scope was not offered.
+        let mut graces = Graces::default();
+        graces.probe = Some(crate::verdict::probe::ProbeGraces::from_stats_interval(
+            graces.stats_interval,
+        ));
+        let t0 = Timestamp::from_second(1_800_000_000).unwrap();
+        let vm: VirtualMachine = serde_json::from_value(serde_json::json!({
+            "id": "vm-1", "name": "w-1", "state": "Running", "hypervisor": "KVM"}))
+        .unwrap();
+        assert_eq!(vm.state, VmState::Running);
+        let mut h = VmHistory::new("vm-1");
+        h.record(PollOutcome::Seen(&vm), t0, &graces);
+        h.probe.started(t0);
+        let mut histories = BTreeMap::from([("vm-1".to_string(), h)]);
+        let mut prober = Prober::new(nowhere(), ProbeLimits::default());
+        let later = t0 + SignedDuration::from_secs(30);
+        prober
+            .step(
+                &mut [ScopeHistories {
+                    scope: "s",
+                    histories: &mut histories,
+                }],
+                &|_| None,
+                &graces,
+                later,
+            )
+            .await;
+        let h = &histories["vm-1"];
+        assert_eq!(h.probe.in_flight_since, None, "still marked in flight");
+        assert!(matches!(
+            h.probe.attempts.back().map(|a| &a.answer),
+            Some(ProbeAnswer::NoEvidence(why)) if why.contains("lost")
+        ));
+        assert_eq!(prober.report().counts.no_evidence, 1);
+    }
 }
