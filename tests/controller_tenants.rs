@@ -336,3 +336,68 @@ async fn calls_per_cycle(
         .filter(|(_, n)| *n > 0.0)
         .collect()
 }
+
+/// With src/controller/poll.rs at 45755a3 this fails: scopes were polled one after another, so
+/// the cycle — and every verdict in it — waited for the unreachable endpoint's four attempts
+/// of `--request-timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn an_unresponsive_cloudstack_does_not_hold_up_another_tenants_verdicts() {
+    let client = kube_client().await;
+    let f = Fixture::with_simulator_keys(
+        client,
+        simulator_from_scenario(scenario(), 1.0).await,
+        TEAM_A_KEY,
+        TEAM_A_SECRET,
+    )
+    .await;
+    // Tenant b's CloudStack answers nothing: every request hangs.
+    let (slow, slow_server, _) = simulator_from_scenario(scenario(), 1.0).await;
+    slow.set_api_faults(cloudstack_sim::ApiFaults {
+        timeout_next: 1_000_000,
+        ..Default::default()
+    });
+    let b = f
+        .tenant_at(&slow_server.api_url(), TEAM_B_KEY, TEAM_B_SECRET)
+        .await;
+    for (m, vm, _, _) in machines("a") {
+        f.machine(&m, Some(&vm), false, "fd1").await;
+    }
+    for (m, vm, _, _) in machines("b") {
+        f.machine_in(&b, &m, Some(&vm), false, "fd1").await;
+    }
+    let (mut c, report) = f
+        .controller(&["--namespace", &b, "--request-timeout", "30s"])
+        .await;
+    let started = Instant::now();
+    c.cycle(jiff::Timestamp::now()).await;
+    let took = started.elapsed();
+    let deadline =
+        capc_health_shim::controller::poll::poll_deadline(&capc_health_shim::verdict::Graces {
+            poll_interval: jiff::SignedDuration::from_secs(1),
+            ..Default::default()
+        });
+    println!("one cycle with an unresponsive endpoint: {took:?} (poll deadline {deadline:?})");
+    assert!(
+        took < deadline + Duration::from_secs(5),
+        "the cycle waited {took:?} for the unresponsive endpoint"
+    );
+    // Tenant a was judged in that cycle (first verdicts), tenant b's scope reports the deadline.
+    for (m, _, _, _) in machines("a") {
+        assert!(
+            f.verdict(&m).await.0.is_some(),
+            "{m} has no condition after the cycle"
+        );
+    }
+    let r = report.read().await.clone();
+    assert!(
+        r.scopes.iter().any(|s| s
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("did not finish within"))),
+        "{:#?}",
+        r.scopes
+    );
+    slow_server.shutdown().await;
+    f.cleanup().await;
+}

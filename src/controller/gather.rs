@@ -96,6 +96,13 @@ fn scope_key(api_url: &str, credentials: &str, e: &EndpointRef) -> String {
     )
 }
 
+/// The endpoint-and-key part of a scope key (what one CloudStack account is).
+fn account_of(scope_key: &str) -> (&str, &str) {
+    let url = scope_key.split(' ').next().unwrap_or_default();
+    let key = scope_key.rsplit(" key=").next().unwrap_or_default();
+    (url, key)
+}
+
 /// Per scope this cycle: the VMs to track, those whose statistics are wanted, and the
 /// Secrets (`namespace/name`) that feed it.
 #[derive(Default)]
@@ -236,12 +243,18 @@ impl Controller {
         };
         let key = scope_key(cfg.api_url.as_str(), &credentials_id(&data), endpoint);
         if !self.scopes.contains_key(&key) {
-            let client = CloudStackClient::new(cfg).map_err(|e| {
+            let mut client = CloudStackClient::new(cfg).map_err(|e| {
                 format!(
                     "Secret {}/{}: {e}",
                     endpoint.secret_namespace, endpoint.secret_name
                 )
             })?;
+            // One rate limit per endpoint and key: the account's API limit is per account,
+            // whatever zone or project a scope lists.
+            let account = account_of(&key);
+            if let Some(other) = self.scopes.iter().find(|(k, _)| account_of(k) == account) {
+                client = client.sharing_rate_limit(&other.1.client);
+            }
             // A rotated key gets a scope of its own, but keeps the histories its endpoint had:
             // a rotation must not restart every grace.
             let previous = self.endpoints.get(endpoint).map(|m| m.scope.clone());
@@ -399,6 +412,40 @@ mod tests {
         assert_eq!(c, None);
         let (c, _) = current_condition(Some(&cached), Some("57"), None);
         assert_eq!(c, Some(&cached));
+    }
+
+    #[test]
+    fn scopes_of_one_endpoint_and_key_are_one_account() {
+        let e = |zone: &str, project: Option<&str>| EndpointRef {
+            secret_namespace: "ns".into(),
+            secret_name: "acs".into(),
+            project: project.map(str::to_string),
+            zone_id: Some(zone.into()),
+        };
+        let url = "https://cs.example/client/api";
+        let a = scope_key(url, "0123456789ab", &e("z1", None));
+        let b = scope_key(url, "0123456789ab", &e("z2", Some("p")));
+        let other_key = scope_key(url, "ffffffffffff", &e("z1", None));
+        assert_ne!(a, b);
+        assert_eq!(account_of(&a), account_of(&b));
+        assert_ne!(account_of(&a), account_of(&other_key));
+        assert_eq!(account_of(&a), (url, "0123456789ab"));
+    }
+
+    #[test]
+    fn the_credentials_id_names_the_key_pair_but_shows_none_of_it() {
+        let data = |k: &str, s: &str| -> BTreeMap<String, String> {
+            [("api-key", k), ("secret-key", s)]
+                .into_iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        let a = credentials_id(&data("KEY-A", "SECRET-A"));
+        assert_eq!(a, credentials_id(&data(" KEY-A ", "SECRET-A")));
+        assert_ne!(a, credentials_id(&data("KEY-B", "SECRET-A")));
+        assert_ne!(a, credentials_id(&data("KEY-A", "SECRET-B")));
+        assert_eq!(a.len(), 12);
+        assert!(!a.contains("KEY") && !a.contains("SECRET"));
     }
 
     #[test]

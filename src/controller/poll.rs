@@ -4,12 +4,14 @@
 
 use std::collections::BTreeMap;
 
+use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
 use tracing::Instrument;
 
 use super::cycle::Controller;
 use super::gather::ScopeState;
 use crate::cloudstack::client::VmListQuery;
+use crate::scope::ScopePoll;
 use crate::verdict::{Graces, VmHistory};
 
 /// Poll intervals to wait after `failed` polls of a scope failed in a row: 1, 2, then 4 — fewer
@@ -39,40 +41,60 @@ fn query_of(scope: &ScopeState) -> VmListQuery {
     }
 }
 
+/// Scopes polled at once: one slow or unreachable CloudStack must not hold up the others.
+const CONCURRENT_POLLS: usize = 8;
+
+/// How long one scope's poll may take before it counts as failed: a poll interval, at least
+/// ten seconds. An unreachable endpoint (four attempts of `--request-timeout` each) would
+/// otherwise hold the whole cycle, and with it every other scope's verdicts.
+pub fn poll_deadline(graces: &Graces) -> std::time::Duration {
+    crate::cli::to_std(graces.poll_interval).max(std::time::Duration::from_secs(10))
+}
+
 impl Controller {
     pub(super) async fn poll(&mut self, now: Timestamp) {
         for scope in self.scopes.values_mut() {
             scope.listing = None;
         }
-        for (key, scope) in self.scopes.iter_mut() {
-            let backing_off = scope.report.next_poll.is_some_and(|due| now < due);
-            if !scope.in_use || backing_off {
-                continue;
-            }
-            let started = std::time::Instant::now();
-            let calls_before = scope.client.stats();
-            let query = query_of(scope);
-            poll_scope(scope, &query, &self.graces, now)
-                .instrument(tracing::info_span!("scope_poll", scope = %key))
-                .await;
-            self.metrics
-                .observe_poll(key, started.elapsed().as_secs_f64());
-            let after = scope.client.stats();
-            for ((command, outcome), n) in &after.by_command {
-                let before = calls_before
-                    .by_command
-                    .get(&(command.clone(), outcome.clone()))
-                    .copied()
-                    .unwrap_or(0);
-                if *n > before {
-                    self.metrics.record_calls(command, outcome, n - before);
+        let graces = &self.graces;
+        let metrics = &self.metrics;
+        let deadline = poll_deadline(graces);
+        let due: Vec<(&String, &mut ScopeState)> = self
+            .scopes
+            .iter_mut()
+            .filter(|(_, s)| s.in_use && s.report.next_poll.is_none_or(|due| now >= due))
+            .collect();
+        stream::iter(due)
+            .for_each_concurrent(CONCURRENT_POLLS, |(key, scope)| async move {
+                let started = std::time::Instant::now();
+                let calls_before = scope.client.stats();
+                let query = query_of(scope);
+                let polled = tokio::time::timeout(deadline, poll_scope(scope, &query, graces, now))
+                    .instrument(tracing::info_span!("scope_poll", scope = %key))
+                    .await;
+                if polled.is_err() {
+                    let why = format!("the poll did not finish within {}s", deadline.as_secs_f64());
+                    scope.observer.record(ScopePoll::Failed(&why), now, graces);
+                    record_failure(scope, why, graces, now);
                 }
-            }
-            let waited = after
-                .rate_limit_wait
-                .saturating_sub(calls_before.rate_limit_wait);
-            self.metrics.record_rate_limit_wait(waited.as_secs_f64());
-        }
+                metrics.observe_poll(key, started.elapsed().as_secs_f64());
+                let after = scope.client.stats();
+                for ((command, outcome), n) in &after.by_command {
+                    let before = calls_before
+                        .by_command
+                        .get(&(command.clone(), outcome.clone()))
+                        .copied()
+                        .unwrap_or(0);
+                    if *n > before {
+                        metrics.record_calls(command, outcome, n - before);
+                    }
+                }
+                let waited = after
+                    .rate_limit_wait
+                    .saturating_sub(calls_before.rate_limit_wait);
+                metrics.record_rate_limit_wait(waited.as_secs_f64());
+            })
+            .await;
         self.mark_paused_collections(now);
     }
 
@@ -133,9 +155,7 @@ async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces
         }
     }
     if o.listing_error.is_some() {
-        scope.failed_polls = scope.failed_polls.saturating_add(1);
-        let wait = graces.poll_interval * backoff_intervals(scope.failed_polls);
-        scope.report.next_poll = (scope.failed_polls > 1).then(|| crate::verdict::later(now, wait));
+        back_off(scope, graces, now);
     } else {
         scope.failed_polls = 0;
         scope.report.next_poll = None;
@@ -163,6 +183,25 @@ async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces
         .map(|((cmd, outcome), n)| (format!("{cmd}/{outcome}"), *n))
         .collect();
     scope.report.rate_limit_wait_seconds = stats.rate_limit_wait.as_secs_f64();
+}
+
+/// Another failed poll in a row: wait longer before the next one.
+fn back_off(scope: &mut ScopeState, graces: &Graces, now: Timestamp) {
+    scope.failed_polls = scope.failed_polls.saturating_add(1);
+    let wait = graces.poll_interval * backoff_intervals(scope.failed_polls);
+    scope.report.next_poll = (scope.failed_polls > 1).then(|| crate::verdict::later(now, wait));
+}
+
+/// A poll cut off by its deadline: failed, as a listing error would be.
+fn record_failure(scope: &mut ScopeState, why: String, graces: &Graces, now: Timestamp) {
+    if scope.report.last_error.is_none() {
+        tracing::warn!(scope = %scope.report.key, error = %why,
+            "CloudStack poll failed; this scope's verdicts are Unknown until a poll succeeds");
+    }
+    scope.report.last_poll = Some(now);
+    scope.report.last_error = Some(why);
+    scope.listing = None;
+    back_off(scope, graces, now);
 }
 
 #[cfg(test)]

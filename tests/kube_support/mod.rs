@@ -250,7 +250,8 @@ impl Fixture {
             vm_ids,
             tenants: Default::default(),
         };
-        f.scaffold(&f.ns, api_key, secret_key).await;
+        f.scaffold(&f.ns, &f.server.api_url(), api_key, secret_key)
+            .await;
         f
     }
 
@@ -258,13 +259,19 @@ impl Fixture {
     /// (Secret `acs` with these keys, failure domain `fd1`, Cluster `c1`, its MHC), as CAPC
     /// users run one workload cluster per namespace. Its name.
     pub async fn tenant(&self, api_key: &str, secret_key: &str) -> String {
+        self.tenant_at(&self.server.api_url(), api_key, secret_key)
+            .await
+    }
+
+    /// [`Fixture::tenant`] whose Secret names another CloudStack endpoint.
+    pub async fn tenant_at(&self, api_url: &str, api_key: &str, secret_key: &str) -> String {
         let ns = format!("e2e-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
-        self.scaffold(&ns, api_key, secret_key).await;
+        self.scaffold(&ns, api_url, api_key, secret_key).await;
         self.tenants.lock().unwrap().push(ns.clone());
         ns
     }
 
-    async fn scaffold(&self, ns: &str, api_key: &str, secret_key: &str) {
+    async fn scaffold(&self, ns: &str, api_url: &str, api_key: &str, secret_key: &str) {
         create(
             &self.client,
             "",
@@ -276,7 +283,7 @@ impl Fixture {
             ns,
             "acs",
             &[
-                ("api-url", &self.server.api_url()),
+                ("api-url", api_url),
                 ("api-key", api_key),
                 ("secret-key", secret_key),
                 ("verify-ssl", "false"),

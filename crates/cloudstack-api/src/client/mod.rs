@@ -72,7 +72,8 @@ pub struct CloudStackClient {
     request_timeout: Duration,
     signature_lifetime: Duration,
     retry: RetryPolicy,
-    limiter: Option<TokenBucket>,
+    /// Shared by every client of the same endpoint and key (see [`Self::sharing_rate_limit`]).
+    limiter: Option<std::sync::Arc<TokenBucket>>,
     page_size: AtomicU32,
     calls: AtomicU64,
     stats: Mutex<CallStats>,
@@ -107,7 +108,11 @@ impl CloudStackClient {
     pub fn new(config: ClientConfig) -> Result<Self, CloudStackError> {
         config.validate()?;
         let http = config.http_client()?;
-        let limiter = config.rate_limit.map(TokenBucket::new).transpose()?;
+        let limiter = config
+            .rate_limit
+            .map(TokenBucket::new)
+            .transpose()?
+            .map(std::sync::Arc::new);
         let mut base_url = config.api_url.clone();
         base_url.set_query(None);
         base_url.set_fragment(None);
@@ -123,6 +128,22 @@ impl CloudStackClient {
             calls: AtomicU64::new(0),
             stats: Mutex::new(CallStats::default()),
         })
+    }
+
+    /// This client, drawing on `other`'s rate limit instead of its own: clients of one endpoint
+    /// and key (one CloudStack account, whose API limit is per account) listing different
+    /// zones or projects share one budget.
+    pub fn sharing_rate_limit(mut self, other: &CloudStackClient) -> Self {
+        self.limiter = other.limiter.clone();
+        self
+    }
+
+    /// Whether this client and `other` draw on the same rate-limit budget.
+    pub fn shares_rate_limit_with(&self, other: &CloudStackClient) -> bool {
+        match (&self.limiter, &other.limiter) {
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        }
     }
 
     /// HTTP requests sent so far.
@@ -537,6 +558,33 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn limited_client() -> CloudStackClient {
+        let data: std::collections::BTreeMap<String, String> = [
+            ("api-url", "http://127.0.0.1:1/client/api"),
+            ("api-key", "k"),
+            ("secret-key", "s"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut cfg = ClientConfig::from_secret_data(&data).unwrap();
+        cfg.rate_limit = Some(crate::RateLimit::new(1.0, 1).unwrap());
+        CloudStackClient::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn clients_of_one_account_can_draw_on_one_rate_limit() {
+        let a = limited_client();
+        let b = limited_client();
+        assert!(!a.shares_rate_limit_with(&b));
+        let b = b.sharing_rate_limit(&a);
+        assert!(a.shares_rate_limit_with(&b));
+        // One budget: the token b takes is gone for a.
+        let now = Instant::now();
+        assert_eq!(b.limiter.as_ref().unwrap().reserve_at(now), Duration::ZERO);
+        assert!(a.limiter.as_ref().unwrap().reserve_at(now) > Duration::ZERO);
+    }
 
     #[test]
     fn read_commands() {
