@@ -59,6 +59,17 @@ impl Controller {
         r.failure_domains = failure_domains;
         r.probe = self.probe_report();
         (r.orphans, r.orphan_detection) = self.orphan_report();
+        // Series of scopes that are gone (past their retention) and of deleted Clusters go too.
+        let scopes: std::collections::BTreeSet<String> = self.scopes.keys().cloned().collect();
+        let clusters = self
+            .stores
+            .clusters
+            .state()
+            .iter()
+            .map(|c| format!("{}/{}", c.namespace, c.name))
+            .chain(r.clusters.keys().cloned())
+            .collect();
+        self.metrics.forget_gone(&scopes, &clusters);
         if let Some(p) = r.probe.clone() {
             r.problems.extend(p.last_error);
             r.problems.extend(

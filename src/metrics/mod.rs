@@ -97,6 +97,11 @@ fn time_to_verdict_histogram() -> Histogram {
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Usable as a duration or a counter increment: finite and not negative.
+/// A poisoned lock only means another thread panicked mid-update; the set is still usable.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn usable(v: f64) -> bool {
     v.is_finite() && v >= 0.0
 }
@@ -134,6 +139,9 @@ pub struct Metrics {
     orphan_vms: Family<OrphanLabels, Gauge>,
     /// Label sets `orphan_vms` has been set for, so vanished ones drop to 0.
     orphans_seen: Mutex<BTreeSet<OrphanLabels>>,
+    /// Scopes the per-scope families have a label set for, so that a scope's series go when
+    /// the scope does ([`Metrics::forget_gone`]): clusters and scopes come and go for weeks.
+    scopes_seen: Mutex<BTreeSet<String>>,
 }
 
 impl Default for Metrics {
@@ -264,6 +272,7 @@ impl Metrics {
             probe_refused,
             orphan_vms,
             orphans_seen: Mutex::new(BTreeSet::new()),
+            scopes_seen: Mutex::new(BTreeSet::new()),
         }
     }
 
@@ -379,8 +388,41 @@ impl Metrics {
             .inc();
     }
 
+    /// Removes the series of scopes not in `scopes` and of clusters not in `clusters`
+    /// (`namespace/name`): a deleted cluster or an unused scope leaves no label set behind.
+    /// Orphan counts of live clusters and scopes still drop to 0 rather than vanish.
+    pub fn forget_gone(&self, scopes: &BTreeSet<String>, clusters: &BTreeSet<String>) {
+        let mut seen = lock(&self.scopes_seen);
+        for scope in seen.iter().filter(|s| !scopes.contains(*s)) {
+            let labels = ScopeLabels {
+                scope: scope.clone(),
+            };
+            self.poll_duration.remove(&labels);
+            self.mass_failure_held.remove(&labels);
+        }
+        seen.retain(|s| scopes.contains(s));
+        drop(seen);
+        let mut orphans = lock(&self.orphans_seen);
+        // An orphan without a Cluster label counts against its scope alone.
+        let live = |l: &OrphanLabels| {
+            scopes.contains(&l.scope) && (l.cluster.is_empty() || clusters.contains(&l.cluster))
+        };
+        for labels in orphans.iter().filter(|l| !live(l)) {
+            self.orphan_vms.remove(labels);
+        }
+        orphans.retain(live);
+    }
+
+    fn saw_scope(&self, scope: &str) {
+        let mut seen = lock(&self.scopes_seen);
+        if !seen.contains(scope) {
+            seen.insert(scope.to_string());
+        }
+    }
+
     /// How long one poll of `scope` took. Negative or non-finite durations are ignored.
     pub fn observe_poll(&self, scope: &str, seconds: f64) {
+        self.saw_scope(scope);
         if usable(seconds) {
             self.poll_duration
                 .get_or_create(&ScopeLabels {
@@ -420,6 +462,7 @@ impl Metrics {
     }
 
     pub fn set_mass_failure_held(&self, scope: &str, held: bool) {
+        self.saw_scope(scope);
         self.mass_failure_held
             .get_or_create(&ScopeLabels {
                 scope: scope.to_string(),

@@ -260,3 +260,50 @@ fn label_values_are_escaped() {
     );
     assert!(!has_line(&text, "line\"} 1"), "{text}");
 }
+
+#[test]
+fn series_of_gone_scopes_and_clusters_are_removed_not_kept_at_zero() {
+    let m = Metrics::new();
+    let orphan = |cluster: &str, scope: &str| crate::status::OrphanReport {
+        vm_id: "vm".into(),
+        vm_name: "vm".into(),
+        vm_state: "Running".into(),
+        scope: scope.into(),
+        cluster: Some(cluster.into()),
+        cloudstack_machine: "ns/csm".into(),
+        kind: crate::status::OrphanKind::InstanceOfDeleted,
+        since: jiff::Timestamp::UNIX_EPOCH,
+        reported_at: None,
+        why: String::new(),
+    };
+    for scope in ["scope-a", "scope-b"] {
+        m.observe_poll(scope, 0.1);
+        m.set_mass_failure_held(scope, false);
+    }
+    m.set_orphans(&[orphan("ns/c1", "scope-a"), orphan("ns/c2", "scope-b")]);
+    let series = |text: &str, needle: &str| {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && l.contains(needle))
+            .count()
+    };
+    let before = m.encode();
+    assert!(series(&before, "scope-b") > 0);
+    // scope-b and cluster c2 are gone; scope-a and c1 live on (their orphan resolved).
+    m.set_orphans(&[]);
+    m.forget_gone(
+        &BTreeSet::from(["scope-a".to_string()]),
+        &BTreeSet::from(["ns/c1".to_string()]),
+    );
+    let after = m.encode();
+    assert_eq!(series(&after, "scope-b"), 0, "{after}");
+    assert_eq!(series(&after, "ns/c2"), 0, "{after}");
+    assert!(series(&after, "scope-a") > 0, "{after}");
+    // A live cluster's resolved orphans read 0, not absent.
+    assert!(
+        has_line(
+            &after,
+            r#"capc_health_orphan_vms{cluster="ns/c1",scope="scope-a"} 0"#
+        ),
+        "{after}"
+    );
+}

@@ -146,6 +146,7 @@ impl Prober {
         if graces.probe.is_none() {
             return outcome;
         }
+        self.forget_old(graces, now);
         self.collect(scopes, graces, now, &mut outcome).await;
         self.end_lost_attempts(scopes, graces, now, &mut outcome);
         if self.report.refused.is_none() {
@@ -223,6 +224,21 @@ impl Prober {
                 Err(end) => self.end_attempt(scopes, &f, end, graces, now, outcome),
             }
         }
+    }
+
+    /// Drops router sightings too old to be used again (networks come and go with clusters)
+    /// and the budgets of scopes that started nothing for a minute: bounded over weeks.
+    fn forget_old(&mut self, graces: &Graces, now: Timestamp) {
+        let kept = graces.poll_interval * NO_ROUTER_KEPT_POLLS;
+        self.routers
+            .retain(|_, seen| now.duration_since(seen.at) < kept);
+        let minute_ago = now - SignedDuration::from_mins(1);
+        self.started_per_scope.retain(|_, started| {
+            while started.front().is_some_and(|t| *t <= minute_ago) {
+                started.pop_front();
+            }
+            !started.is_empty()
+        });
     }
 
     /// Ends the attempts a history still marks in flight that no job of this prober carries —
@@ -609,5 +625,42 @@ mod tests {
             Some(ProbeAnswer::NoEvidence(why)) if why.contains("lost")
         ));
         assert_eq!(prober.report().counts.no_evidence, 1);
+    }
+
+    #[tokio::test]
+    async fn router_sightings_and_idle_budgets_do_not_pile_up() {
+        let mut graces = Graces::default();
+        graces.probe = Some(crate::verdict::probe::ProbeGraces::from_stats_interval(
+            graces.stats_interval,
+        ));
+        let t0 = Timestamp::from_second(1_800_000_000).unwrap();
+        let mut prober = Prober::new(nowhere(), ProbeLimits::default());
+        for n in 0..100 {
+            prober.routers.insert(
+                format!("net-{n}"),
+                RouterSeen {
+                    router: None,
+                    at: t0,
+                },
+            );
+            prober
+                .started_per_scope
+                .insert(format!("scope-{n}"), VecDeque::from([t0]));
+        }
+        let mut none = BTreeMap::new();
+        let later = t0 + graces.poll_interval * NO_ROUTER_KEPT_POLLS;
+        prober
+            .step(
+                &mut [ScopeHistories {
+                    scope: "s",
+                    histories: &mut none,
+                }],
+                &|_| None,
+                &graces,
+                later,
+            )
+            .await;
+        assert!(prober.routers.is_empty());
+        assert!(prober.started_per_scope.is_empty());
     }
 }
