@@ -422,8 +422,9 @@ const BAD_ITEMS: &[&str] = &[
 ];
 
 fn gen_time(b: &mut Bytes<'_>) -> CsTime {
-    // 1970 … ~8900: CloudStack's four-digit years, whole seconds
-    let secs = (b.u64() % 220_000_000_000) as i64;
+    // 1970 … 2199, whole seconds: the dates the parser accepts (later ones are refused, see
+    // `CsTime::parse`; the any-bytes properties cover them).
+    let secs = (b.u64() % 7_258_118_400) as i64;
     CsTime(Timestamp::from_second(secs).expect("in range"))
 }
 
