@@ -144,18 +144,25 @@ async fn cycle_until(
     }
 }
 
+/// A controller over both tenants' namespaces, cycled until every Machine of both has its
+/// expected verdict (deadline); the controller and its `/status` then.
+async fn judge_both(f: &Fixture, b: &str) -> (Controller, StatusReport) {
+    let (mut c, report) = f.controller(&["--namespace", b]).await;
+    let reached = cycle_until(&mut c, Duration::from_secs(60), async || {
+        all_as_expected(f, b, &verdicts(f, b).await)
+    })
+    .await;
+    let v = verdicts(f, b).await;
+    assert!(reached, "every Machine of both tenants judged: {v:#?}");
+    let r = report.read().await.clone();
+    (c, r)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn two_tenants_with_one_key_share_one_listing_and_both_get_their_verdicts() {
     let (f, b) = two_tenants([(SIM_KEY, SIM_SECRET), (SIM_KEY, SIM_SECRET)]).await;
-    let (mut c, report) = f.controller(&["--namespace", &b]).await;
-    let reached = cycle_until(&mut c, Duration::from_secs(60), async || {
-        all_as_expected(&f, &b, &verdicts(&f, &b).await)
-    })
-    .await;
-    let v = verdicts(&f, &b).await;
-    assert!(reached, "every Machine of both tenants judged: {v:#?}");
-    let r = report.read().await.clone();
+    let (_, r) = judge_both(&f, &b).await;
     let used: Vec<_> = r.scopes.iter().filter(|s| s.machines > 0).collect();
     assert_eq!(
         used.len(),
@@ -177,14 +184,7 @@ async fn two_tenants_with_one_key_share_one_listing_and_both_get_their_verdicts(
 #[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn tenants_with_their_own_keys_are_judged_apart_and_one_broken_key_blinds_only_its_own() {
     let (f, b) = two_tenants([(TEAM_A_KEY, TEAM_A_SECRET), (TEAM_B_KEY, TEAM_B_SECRET)]).await;
-    let (mut c, report) = f.controller(&["--namespace", &b]).await;
-    let reached = cycle_until(&mut c, Duration::from_secs(60), async || {
-        all_as_expected(&f, &b, &verdicts(&f, &b).await)
-    })
-    .await;
-    let v = verdicts(&f, &b).await;
-    assert!(reached, "every Machine of both tenants judged: {v:#?}");
-    let r = report.read().await.clone();
+    let (mut c, r) = judge_both(&f, &b).await;
     let used: Vec<_> = r.scopes.iter().filter(|s| s.machines > 0).collect();
     assert_eq!(used.len(), 2, "a scope per key: {:#?}", r.scopes);
 
