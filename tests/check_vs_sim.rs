@@ -199,19 +199,27 @@ async fn the_least_privilege_account_of_the_scenario_reaches_the_same_verdicts()
 
 #[tokio::test]
 async fn an_api_outage_turns_everything_unknown_and_recycles_nothing() {
-    let (run_before, _, server) = run_seed(UsageHistoryMode::Auto).await;
+    let (run_before, before, server) = run_seed(UsageHistoryMode::Auto).await;
     let mut run = run_before;
     run.sim.set_api_faults(ApiFaults {
         outage: true,
         ..ApiFaults::default()
     });
-    for _ in 0..20 {
+    // One poll a second; the API-trouble grace is --stale-poll-intervals (3) intervals after
+    // the first failed poll: until it has passed each verdict stands as it was (a brief outage
+    // is not news, nothing new turns False), then everything is Unknown.
+    for step in 1..=20 {
         let reports = run.step().await;
         for r in &reports {
+            let was = verdict_of(&before, &r.name);
+            if step <= 4 {
+                assert_eq!((r.verdict, r.reason.clone()), was, "step {step}: {r:?}");
+                continue;
+            }
             assert_eq!(
                 (r.verdict, r.reason.as_str()),
                 (Status::Unknown, reason::CLOUDSTACK_API_UNAVAILABLE),
-                "{r:?}"
+                "step {step}: {r:?}"
             );
             assert!(
                 r.message.contains("503") || r.message.to_lowercase().contains("proxy"),

@@ -311,7 +311,7 @@ fn run_still_takes_good_values_at_both_ends_of_each_range() {
         "--silent-samples",
         "12",
         "--kube-timeout",
-        "10s",
+        "5s",
         "--stale-poll-intervals",
         "1",
         "--mass-failure-count",
