@@ -224,6 +224,21 @@ struct Obs {
     real: Duration,
 }
 
+/// The API-trouble grace of these benches: `--stale-poll-intervals` (3) poll intervals after
+/// the first failed poll (at `failing_since_ms`). Within it every condition stands as it was
+/// (a brief failure is not news: nothing is written); past it the failure is lasting and the
+/// Machines turn Unknown/CloudStackAPIUnavailable.
+fn past_grace(o: &Obs, failing_since_ms: i64, poll_s: i64) -> bool {
+    o.at_ms - failing_since_ms > 3 * poll_s * 1000
+}
+
+/// Every Machine of `o` carries exactly the condition it carried in `before`.
+fn stands(o: &Obs, before: &Obs) -> bool {
+    o.state
+        .iter()
+        .all(|(n, m)| before.state.get(n).map(|b| &b.cond) == Some(&m.cond))
+}
+
 impl Obs {
     fn count(&self, status: &str, reason: Option<&str>) -> usize {
         self.state
@@ -603,15 +618,28 @@ async fn outage_of_30_simulated_minutes_mid_provisioning() {
     }
     let outage_end = b.f.sim.now_ms();
     b.f.sim.set_api_faults(ApiFaults::default());
-    let all_unknown = during
+    let failing_since = during[0].at_ms;
+    let (brief, lasting): (Vec<&Obs>, Vec<&Obs>) = during
+        .iter()
+        .partition(|o| !past_grace(o, failing_since, 60));
+    checks.expect(
+        brief
+            .iter()
+            .all(|o| stands(o, &last) && o.summary.condition_writes == 0),
+        format!(
+            "the first {} outage cycles (the API-trouble grace) change no condition",
+            brief.len()
+        ),
+    );
+    let all_unknown = lasting
         .iter()
         .filter(|o| o.count("Unknown", Some(UNAVAILABLE)) == 4)
         .count();
     checks.expect(
-        all_unknown == during.len(),
+        !lasting.is_empty() && all_unknown == lasting.len(),
         format!(
-            "all 4 Unknown/{UNAVAILABLE} in every outage cycle ({all_unknown}/{})",
-            during.len()
+            "all 4 Unknown/{UNAVAILABLE} in every outage cycle past the grace ({all_unknown}/{})",
+            lasting.len()
         ),
     );
     checks.expect(falses(&during) == 0, "no False during the outage");
@@ -630,11 +658,12 @@ async fn outage_of_30_simulated_minutes_mid_provisioning() {
     );
     rows.push(row(
         "CloudStack outage, 30 simulated min, mid-provisioning (2 VMs booting, 1 failing half-way)",
-        "every condition Unknown CloudStackAPIUnavailable; 0 False; 0 annotations",
+        "every condition stands for the API-trouble grace (3 polls), then Unknown CloudStackAPIUnavailable; 0 False; 0 annotations",
         json!({
             "cycles": during.len(),
             "simulated_min": b.minutes(outage_end) - b.minutes(outage_start),
             "real_s": (real_secs(&during) * 10.0).round() / 10.0,
+            "cycles_within_grace_unchanged": brief.len(),
             "cycles_all_unknown": all_unknown,
             "false": falses(&during),
             "annotations": annotations(&during),
@@ -848,26 +877,32 @@ async fn a_slow_or_hanging_api_is_unknown_with_a_timeout_reason() {
             },
         ),
         (
-            "hanging API: the next 4 requests never answer (timeout_next)",
+            "hanging API: requests never answer (timeout_next)",
             ApiFaults {
-                timeout_next: 4,
+                timeout_next: 1_000_000,
                 ..Default::default()
             },
         ),
     ] {
+        // Six polls: past the API-trouble grace (3 intervals after the first failed poll).
+        let before = b.steps(30.0, 1).await.pop().unwrap();
         b.f.sim.set_api_faults(faults.clone());
-        let slow = if faults.latency_ms > 0 {
-            b.steps(30.0, 2).await
-        } else {
-            b.steps(30.0, 1).await
-        };
+        let slow = b.steps(30.0, 6).await;
         b.f.sim.set_api_faults(ApiFaults::default());
+        let failing_since = slow[0].at_ms;
         for o in &slow {
-            for n in names {
+            if !past_grace(o, failing_since, 30) {
                 checks.expect(
-                    o.is(n, "Unknown", UNAVAILABLE),
-                    format!("{label}: {n} Unknown/{UNAVAILABLE}, is {}", o.status(n)),
+                    stands(o, &before) && o.summary.condition_writes == 0,
+                    format!("{label}: within the grace nothing changes"),
                 );
+            } else {
+                for n in names {
+                    checks.expect(
+                        o.is(n, "Unknown", UNAVAILABLE),
+                        format!("{label}: {n} Unknown/{UNAVAILABLE}, is {}", o.status(n)),
+                    );
+                }
             }
             checks.expect(
                 o.real < Duration::from_secs(12),
@@ -883,7 +918,7 @@ async fn a_slow_or_hanging_api_is_unknown_with_a_timeout_reason() {
         checks.expect(ok, format!("{label}: True again"));
         rows.push(row(
             label,
-            "Unknown CloudStackAPIUnavailable with the timeout in the message; no False; recovery",
+            "unchanged for the API-trouble grace, then Unknown CloudStackAPIUnavailable with the timeout in the message; no False; recovery",
             json!({
                 "cycles": slow.len(),
                 "unknown": unknowns(&slow, UNAVAILABLE),
@@ -987,6 +1022,9 @@ async fn truncated_malformed_and_html_pages_lose_nothing() {
     ];
     let mut broken: Vec<Obs> = Vec::new();
     let mut first_ltt: BTreeMap<String, String> = BTreeMap::new();
+    let before_broken = warm.last().unwrap().clone();
+    let mut failing_since: Option<i64> = None;
+    let mut lasted = 0;
     for (label, f, needles) in faults {
         b.f.sim.set_api_faults(f);
         let mut o = b.step(60.0).await;
@@ -998,43 +1036,83 @@ async fn truncated_malformed_and_html_pages_lose_nothing() {
         }
         b.f.sim.set_api_faults(ApiFaults::default());
         checks.expect(o.calls > 0, format!("{label}: a poll met the fault"));
-        let n_unknown = o.count("Unknown", Some(UNAVAILABLE));
+        // The scope's error in /status names the fault at once; the conditions stand for the
+        // API-trouble grace (3 intervals after the first broken poll), then turn Unknown.
+        let scope_error = b
+            .report
+            .read()
+            .await
+            .scopes
+            .first()
+            .and_then(|s| s.last_error.clone())
+            .unwrap_or_default();
+        let named = needles
+            .iter()
+            .all(|n| scope_error.to_lowercase().contains(n));
         checks.expect(
-            n_unknown == 5,
-            format!(
-                "{label}: all 5 Unknown/{UNAVAILABLE} ({n_unknown}): {:?}",
-                o.state
-            ),
+            named,
+            format!("{label}: /status names the fault: {scope_error}"),
         );
-        let why = o.message("m-1");
-        let named = needles.iter().all(|n| why.to_lowercase().contains(n));
-        checks.expect(named, format!("{label}: the message is clear: {why}"));
-        for (n, m) in &o.state {
-            if let Some(c) = &m.cond {
-                let first = first_ltt.entry(n.clone()).or_insert_with(|| c.ltt.clone());
-                checks.expect(
-                    *first == c.ltt,
-                    format!(
-                        "{label}: {n}'s Unknown lastTransitionTime reset ({first} → {})",
-                        c.ltt
-                    ),
-                );
+        let since = *failing_since.get_or_insert(o.at_ms);
+        let lasting = past_grace(&o, since, 60);
+        let n_unknown = o.count("Unknown", Some(UNAVAILABLE));
+        if lasting {
+            checks.expect(
+                n_unknown == 5,
+                format!(
+                    "{label}: all 5 Unknown/{UNAVAILABLE} past the grace ({n_unknown}): {:?}",
+                    o.state
+                ),
+            );
+            let why = o.message("m-1");
+            checks.expect(
+                needles.iter().all(|n| why.to_lowercase().contains(n)),
+                format!("{label}: the message is clear: {why}"),
+            );
+            for (n, m) in &o.state {
+                if let Some(c) = &m.cond {
+                    let first = first_ltt.entry(n.clone()).or_insert_with(|| c.ltt.clone());
+                    checks.expect(
+                        *first == c.ltt,
+                        format!(
+                            "{label}: {n}'s Unknown lastTransitionTime reset ({first} → {})",
+                            c.ltt
+                        ),
+                    );
+                }
             }
+            lasted += 1;
+        } else {
+            checks.expect(
+                stands(&o, &before_broken) && o.summary.condition_writes == 0,
+                format!(
+                    "{label}: within the grace every condition stands: {:?}",
+                    o.state
+                ),
+            );
         }
         rows.push(row(
             label,
-            "Unknown CloudStackAPIUnavailable with a clear reason; no False/VMNotFound for VMs on unread pages",
+            "the scope's error names it at once; conditions stand for the API-trouble grace, then Unknown CloudStackAPIUnavailable with a clear reason; no False/VMNotFound for VMs on unread pages",
             json!({
+                "past_grace": lasting,
                 "unknown": n_unknown,
                 "false": o.count("False", None),
                 "not_found": o.count("False", Some("VMNotFound")),
                 "calls": o.calls,
-                "message": why.chars().take(140).collect::<String>(),
+                "condition_writes": o.summary.condition_writes,
+                "scope_error": scope_error.chars().take(140).collect::<String>(),
             }),
         ));
         broken.push(o);
     }
-    let unknown_ltt_stable = broken.windows(2).all(|w| {
+    checks.expect(
+        lasted > 0,
+        "the broken polls outlasted the grace at least once (each fault then named in the condition)",
+    );
+    let since = failing_since.unwrap_or_default();
+    let lasting: Vec<&Obs> = broken.iter().filter(|o| past_grace(o, since, 60)).collect();
+    let unknown_ltt_stable = lasting.windows(2).all(|w| {
         w[0].state.iter().all(|(n, m)| {
             m.cond.as_ref().map(|c| &c.ltt) == w[1].state[n].cond.as_ref().map(|c| &c.ltt)
         })
@@ -1178,12 +1256,15 @@ async fn clock_skew_is_named_not_misread_as_vm_trouble() {
         ),
         ("CloudStack clock 1 h behind", -3600, false),
     ] {
+        let before = b.steps(30.0, 1).await.pop().unwrap();
         b.f.sim.set_api_faults(ApiFaults {
             clock_skew_ms: skew_s * 1000,
             ..Default::default()
         });
-        let obs = b.steps(30.0, 3).await;
+        // Six polls: past the API-trouble grace (3 intervals after the first failed poll).
+        let obs = b.steps(30.0, 6).await;
         b.f.sim.set_api_faults(ApiFaults::default());
+        let failing_since = obs[0].at_ms;
         let last = obs.last().unwrap();
         let why = last.message("m-a");
         let report = b.report.read().await.clone();
@@ -1198,10 +1279,18 @@ async fn clock_skew_is_named_not_misread_as_vm_trouble() {
             .unwrap_or_default();
         let named = |s: &str| s.contains("clock skew") && s.contains("expired");
         if rejected {
+            checks.expect(
+                obs.iter()
+                    .filter(|o| !past_grace(o, failing_since, 30))
+                    .all(|o| stands(o, &before)),
+                format!("{label}: within the API-trouble grace nothing changes"),
+            );
             for n in names {
                 checks.expect(
-                    obs.iter().all(|o| o.is(n, "Unknown", UNAVAILABLE)),
-                    format!("{label}: {n} Unknown/{UNAVAILABLE} every cycle"),
+                    obs.iter()
+                        .filter(|o| past_grace(o, failing_since, 30))
+                        .all(|o| o.is(n, "Unknown", UNAVAILABLE)),
+                    format!("{label}: {n} Unknown/{UNAVAILABLE} every cycle past the grace"),
                 );
             }
             checks.expect(
@@ -1229,7 +1318,7 @@ async fn clock_skew_is_named_not_misread_as_vm_trouble() {
         rows.push(row(
             label,
             if rejected {
-                "Unknown CloudStackAPIUnavailable, message and /status name clock skew / expired signature; no False"
+                "unchanged for the API-trouble grace, then Unknown CloudStackAPIUnavailable, message and /status name clock skew / expired signature; no False"
             } else {
                 "accepted: stays True"
             },

@@ -1280,6 +1280,9 @@ async fn a_lease_lost_mid_cycle_stops_every_write_of_the_old_leader() {
             "0",
             "--request-timeout",
             &request_timeout,
+            // Its listing is meant to take minutes: the point is a cycle in flight.
+            "--poll-deadline",
+            "10m",
         ],
         &["--lease-namespace", &f.ns, "--lease-name", &lease_name],
         &NO_MASS_GUARD,

@@ -103,7 +103,12 @@ pub struct RunArgs {
     /// Timeout of one CloudStack HTTP request.
     #[arg(long, env = "CAPC_HEALTH_REQUEST_TIMEOUT", default_value = "15s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_mins(10)))]
     pub request_timeout: SignedDuration,
-    /// Client-side rate limit per scope client (endpoint × project × zone), requests per second; 0 turns it off.
+    /// How long one scope's poll (all its pages and retries) may take before it counts as
+    /// failed. Scopes are polled at once, so a cycle waits for the slowest of them, at most this
+    /// long, instead of for the sum of every slow endpoint.
+    #[arg(long, env = "CAPC_HEALTH_POLL_DEADLINE", default_value = "60s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1)))]
+    pub poll_deadline: SignedDuration,
+    /// Client-side rate limit per endpoint and key (one budget for all its zones and projects), requests per second; 0 turns it off.
     #[arg(long, env = "CAPC_HEALTH_RATE_LIMIT", default_value_t = 5.0, value_parser = parse_rate_limit)]
     pub rate_limit: f64,
     /// Timeout of each call to the management cluster's API server: every write (condition,

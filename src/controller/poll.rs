@@ -44,13 +44,6 @@ fn query_of(scope: &ScopeState) -> VmListQuery {
 /// Scopes polled at once: one slow or unreachable CloudStack must not hold up the others.
 const CONCURRENT_POLLS: usize = 8;
 
-/// How long one scope's poll may take before it counts as failed: a poll interval, at least
-/// ten seconds. An unreachable endpoint (four attempts of `--request-timeout` each) would
-/// otherwise hold the whole cycle, and with it every other scope's verdicts.
-pub fn poll_deadline(graces: &Graces) -> std::time::Duration {
-    crate::cli::to_std(graces.poll_interval).max(std::time::Duration::from_secs(10))
-}
-
 impl Controller {
     pub(super) async fn poll(&mut self, now: Timestamp) {
         for scope in self.scopes.values_mut() {
@@ -58,7 +51,9 @@ impl Controller {
         }
         let graces = &self.graces;
         let metrics = &self.metrics;
-        let deadline = poll_deadline(graces);
+        // An unreachable endpoint (four attempts of --request-timeout) holds the cycle, and
+        // with it every scope's verdicts, at most this long.
+        let deadline = crate::cli::to_std(self.args.poll_deadline);
         let due: Vec<(&String, &mut ScopeState)> = self
             .scopes
             .iter_mut()
