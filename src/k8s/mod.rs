@@ -7,10 +7,12 @@
 //! - [`conditions`] (from the `verdict` crate): reading our condition back; the
 //!   server-side-apply body for one entry.
 //! - [`escalation`]: the remediate-machine annotation and its guards.
+//! - [`kubeconfig`]: which workload kubeconfigs the NodeNotLinked lookup may use.
 //! - [`lease`]: whether the leader's hold on its Lease still stands.
 //! - [`watched`]: what the watches keep of each object (the facts read, as records).
 
 pub mod escalation;
+pub mod kubeconfig;
 pub mod lease;
 pub mod objects;
 pub mod watched;
