@@ -363,7 +363,13 @@ pub async fn annotate_for_remediation(
     let patch = json!({"metadata": {"annotations": {well_known::REMEDIATE_MACHINE: format!("capc-health-shim: {why}")}}});
     let what = format!("annotation on Machine {namespace}/{name}");
     within(timeout, what.clone(), async {
-        api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        // Under the shim's field manager, so metadata.managedFields says who asked for the
+        // remediation (the e2e's causality check reads it).
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        api.patch(name, &params, &Patch::Merge(patch))
             .await
             .map(|_| ())
             .map_err(|e| KubeError::from_kube(what.clone(), &e))

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -259,7 +260,12 @@ func StartManagement(ctx context.Context, kubeconfig string, capcOnly bool) (*Ma
 
 func (m *Management) startControllers(parent context.Context) error {
 	wo := m.env.WebhookInstallOptions
+	// CAPC v0.6.1's --sync-period default (main.go:177-182, 1 min; the manager's cache resync,
+	// main.go:230-233), scaled like every default: CAPC's periodic reconciles are part of the
+	// CloudStack load users already have (TestCloudStackLoad).
+	syncPeriod := Scaled(CAPCSyncPeriod)
 	mgr, err := ctrl.NewManager(m.Config, ctrl.Options{
+		Cache:                  cache.Options{SyncPeriod: &syncPeriod},
 		Scheme:                 m.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/v1beta1"
@@ -60,9 +62,16 @@ type MachineRecord struct {
 	ShimReason   string
 	ShimMessage  string // the condition's message when the shim first said False
 	Annotated    time.Time
+	// AnnotatedBy is the field manager that owned the remediate annotation when it was first
+	// seen (metadata.managedFields): the shim's is "capc-health-shim".
+	AnnotatedBy  string
 	MHCUnhealthy time.Time
-	Deleting     time.Time
-	Gone         time.Time
+	// MHCReason and MHCMessage are the MHC's HealthCheckSucceeded=False when it first marked
+	// the Machine: why it acted (the shim's annotation or condition, or its own node-startup timer).
+	MHCReason  string
+	MHCMessage string
+	Deleting   time.Time
+	Gone       time.Time
 	// Evidence: where the shim's condition was on the Machine (as the MHC's API version serves
 	// it) when it first said False, and the MHC's own condition when it marked it unhealthy.
 	Evidence string
@@ -140,20 +149,21 @@ func (r *Recorder) step(ctx context.Context) error {
 					rec.ShimFalse, rec.ShimReason, rec.ShimMessage = now, c.Reason, c.Message
 					// Where the False landed, read now: by the time the MHC acts the owner may
 					// already be deleting the Machine and the shim saying Unknown.
-					rec.landed = r.evidence(ctx, snapshot, m.Name, r.conditionType)
+					rec.landed = r.evidence(snapshot, m, r.conditionType)
 				}
 			}
 		}
 		if _, ok := m.Annotations[clusterv1.RemediateMachineAnnotation]; ok && rec.Annotated.IsZero() {
 			rec.Annotated = now
-			r.tl.Add(fmt.Sprintf("annotation %s set on %s", clusterv1.RemediateMachineAnnotation, m.Name))
+			rec.AnnotatedBy = annotationManager(m, clusterv1.RemediateMachineAnnotation)
+			r.tl.Add(fmt.Sprintf("annotation %s set on %s (field manager %q)", clusterv1.RemediateMachineAnnotation, m.Name, rec.AnnotatedBy))
 		}
 		if reason, message, ok := mhcUnhealthy(m); ok && rec.MHCUnhealthy.IsZero() {
-			rec.MHCUnhealthy = now
+			rec.MHCUnhealthy, rec.MHCReason, rec.MHCMessage = now, reason, message
 			r.tl.Add(fmt.Sprintf("MachineHealthCheck marks %s unhealthy (%s: %s)", m.Name, reason, message))
 			if !rec.ShimFalse.IsZero() {
 				rec.Evidence = "when the shim said False: " + rec.landed + "; when the MHC marked it: " +
-					r.evidence(ctx, snapshot, m.Name, string(clusterv1.MachineHealthCheckSucceededCondition))
+					r.evidence(snapshot, m, string(clusterv1.MachineHealthCheckSucceededCondition))
 				r.tl.Add(fmt.Sprintf("on %s as %s: %s", m.Name, r.machineVersion, rec.Evidence))
 			}
 		}
@@ -249,22 +259,32 @@ func (r *Recorder) snapshot(ctx context.Context) map[string]*unstructured.Unstru
 	return out
 }
 
-// evidence says where a condition type is on the Machine as the MHC's API version serves it
-// (every condition list of the object is searched) and what it says: from snapshot, or read
-// now when the snapshot does not have the Machine.
-func (r *Recorder) evidence(ctx context.Context, snapshot map[string]*unstructured.Unstructured, name, conditionType string) string {
-	u, ok := snapshot[name]
-	if !ok {
-		u = &unstructured.Unstructured{}
-		u.SetAPIVersion(clusterv1.GroupVersion.Group + "/" + r.machineVersion)
-		u.SetKind("Machine")
-		if err := r.c.Get(ctx, client.ObjectKey{Namespace: r.namespace, Name: name}, u); err != nil {
-			return "read failed: " + err.Error()
+// evidence says where a condition type is on the Machine and what it says, from what this
+// step already read — never from a read after the fact, which can find the Machine gone (CAPI
+// v1.13: "read failed: not found" when the owner deleted it within the step). The source is
+// named: the Machine as the MHC's API version serves it (the step's snapshot), or, when that
+// list no longer had it, the same step's typed list (v1beta1, whose status.v1beta2.conditions
+// are the v1beta2 status.conditions).
+func (r *Recorder) evidence(snapshot map[string]*unstructured.Unstructured, m *clusterv1.Machine, conditionType string) string {
+	source := "read as " + r.machineVersion
+	obj := map[string]any(nil)
+	if u, ok := snapshot[m.Name]; ok {
+		obj = u.Object
+	} else {
+		converted, err := runtime.DefaultUnstructuredConverter.ToUnstructured(m)
+		if err != nil {
+			return "unreadable: " + err.Error()
 		}
+		obj, source = converted, "read as v1beta1 in the same step (the "+r.machineVersion+" list no longer had it)"
 	}
+	return conditionIn(obj, conditionType) + " [" + source + "]"
+}
+
+// conditionIn finds a condition type in every condition list of a Machine object.
+func conditionIn(obj map[string]any, conditionType string) string {
 	var parts []string
 	for _, path := range conditionPaths {
-		list, _, _ := unstructured.NestedSlice(u.Object, path...)
+		list, _, _ := unstructured.NestedSlice(obj, path...)
 		for _, item := range list {
 			c, _ := item.(map[string]any)
 			typ, _ := c["type"].(string)
@@ -277,6 +297,26 @@ func (r *Recorder) evidence(ctx context.Context, snapshot map[string]*unstructur
 		return conditionType + " not found"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// annotationManager is the field manager owning metadata.annotations[key] ("" if none does).
+func annotationManager(m *clusterv1.Machine, key string) string {
+	want := "f:" + key
+	for _, f := range m.ManagedFields {
+		if f.FieldsV1 == nil {
+			continue
+		}
+		var fields map[string]any
+		if json.Unmarshal(f.FieldsV1.Raw, &fields) != nil {
+			continue
+		}
+		meta, _ := fields["f:metadata"].(map[string]any)
+		annotations, _ := meta["f:annotations"].(map[string]any)
+		if _, ok := annotations[want]; ok {
+			return f.Manager
+		}
+	}
+	return ""
 }
 
 // conditionPaths are the condition lists a Machine can carry across CAPI versions.

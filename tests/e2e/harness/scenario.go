@@ -30,18 +30,26 @@ const (
 	// account of capc-e2e.json): the shim asks the network's virtual router to arping silent
 	// guests (docs/guest-probe.md).
 	ModeShimProbe Mode = "shim-probe"
+	// ModeShimObserve is the negative control (make e2e-negative-control): the shim runs with
+	// --mode observe — it publishes its condition and never escalates —, so on CAPI v1.9, whose
+	// MHC reads no conditions, nothing it says can cause a recycle; the causality and speed
+	// assertions must then fail.
+	ModeShimObserve Mode = "shim-observe"
 )
 
 // WithShim reports whether the shim runs in this mode.
-func (m Mode) WithShim() bool { return m == ModeShim || m == ModeShimProbe }
+func (m Mode) WithShim() bool { return m == ModeShim || m == ModeShimProbe || m == ModeShimObserve }
 
 // Probing reports whether the shim runs with the guest probe on.
 func (m Mode) Probing() bool { return m == ModeShimProbe }
 
 // clusterLetter tells the runs of one scenario apart in cluster (and so VM) names.
 func (m Mode) clusterLetter() string {
-	if m == ModeShimProbe {
+	switch m {
+	case ModeShimProbe:
 		return "p"
+	case ModeShimObserve:
+		return "o"
 	}
 	return string(m)[:1]
 }
@@ -76,6 +84,9 @@ type Scenario struct {
 	// DuringWait is how long the run waits for During once the cluster converged (or missed its
 	// deadline) before scoring; 0 = 30 s.
 	DuringWait time.Duration
+	// SteadyWindow, when set, keeps a converged cluster this long (real time) and counts the
+	// CloudStack calls of each key in it: the steady-state load (Row.CloudStackLoad).
+	SteadyWindow time.Duration
 }
 
 // RunContext is one scenario run in progress.
@@ -167,7 +178,15 @@ type Row struct {
 	// ConditionEvidence is, per Machine the shim judged False, where its condition was found on
 	// the Machine as the MHC's own API version serves it, and the MHC's verdict on that Machine.
 	ConditionEvidence []string `json:"condition_evidence,omitempty"`
-	DeadlineSeconds   float64  `json:"deadline_seconds"`
+	// Causality is, per faulty Machine, the recorder's path from the fault to its deletion (the
+	// shim's False, the annotation and its field manager, the MHC's verdict, the owner's delete).
+	Causality []CausalChain `json:"causality,omitempty"`
+	// BackstopSeconds is the run's MHC nodeStartupTimeout (0 without an MHC).
+	BackstopSeconds float64 `json:"backstop_seconds,omitempty"`
+	DeadlineSeconds float64 `json:"deadline_seconds"`
+	// CloudStackLoad is each CloudStack key's calls while provisioning and, with a
+	// SteadyWindow, in steady state (exact only for a run that has the simulator to itself).
+	CloudStackLoad *CloudStackLoad `json:"cloudstack_load,omitempty"`
 	// CloudStackResults counts the simulator's answers by HTTP status while the run was
 	// converging (all accounts; exact for runs that have the simulator to themselves).
 	CloudStackResults map[string]int `json:"cloudstack_results"`
@@ -272,6 +291,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	}
 	if o := h.machineHealthCheck(ns, cluster, mhc); o != nil {
 		userObjs = append(userObjs, o)
+		row.BackstopSeconds = mhcNodeStartupTimeout(mhc).Seconds()
 	}
 
 	var shim *Shim
@@ -282,6 +302,9 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		}
 		if mode.Probing() {
 			cfg.ProbeSecret = ProbeSecret
+		}
+		if mode == ModeShimObserve {
+			cfg.ExtraArgs = append(cfg.ExtraArgs, "--mode", "observe")
 		}
 		shim, err = StartShim(ctx, h.Root, cfg)
 		if err != nil {
@@ -316,6 +339,11 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	if err != nil {
 		return row, err
 	}
+	keysBefore, err := h.Sim.AccountCalls(ctx)
+	if err != nil {
+		return row, err
+	}
+	var keysReady map[string]KeyCalls
 	start := time.Now()
 	duringErr := make(chan error, 1)
 	if sc.During != nil {
@@ -340,6 +368,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		}
 		if ok && pendingRules(rules) == 0 && !rc.readyHeld() {
 			readyAt = time.Since(start)
+			keysReady, _ = h.Sim.AccountCalls(ctx)
 			return true, nil
 		}
 		return false, nil
@@ -348,6 +377,9 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		row.Converged = true
 		row.SecondsToReady = secs(readyAt)
 		tl.Add(fmt.Sprintf("cluster %s is READY (%.1fs after creation)", cluster, readyAt.Seconds()))
+		if keysReady != nil {
+			row.CloudStackLoad = h.measureLoad(ctx, sc, tl, readyAt, keysBefore, keysReady)
+		}
 	} else {
 		tl.Add(fmt.Sprintf("cluster %s NOT ready after the %.0fs deadline (last: %s)", cluster, deadline.Seconds(), last))
 	}
@@ -396,6 +428,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	score := ScoreRecycles(h.Player.Injections(ns), rec.Machines(), time.Now())
 	row.Faults, row.RecycledMachines, row.FalseRecycles = score.Faults, score.Recycled, score.FalseRecycles
 	row.SecondsFaultToRecycle = score.FirstFaultToRecycle
+	row.Causality = CausalChains(h.Player.Injections(ns), rec.Machines())
 	row.Notes = append(row.Notes, score.Notes...)
 	scanned := map[string]string{}
 	if rc.Orphans != nil {
@@ -434,6 +467,28 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	return row, nil
 }
 
+// measureLoad is the run's CloudStack load per key: provisioning from the readings at creation
+// and at ready, steady over the scenario's SteadyWindow after ready (nil without one).
+func (h *Harness) measureLoad(ctx context.Context, sc Scenario, tl *Timeline, provisioning time.Duration, atCreation, atReady map[string]KeyCalls) *CloudStackLoad {
+	if sc.SteadyWindow <= 0 {
+		return nil
+	}
+	machines := int(sc.ControlPlanes + sc.Workers)
+	load := &CloudStackLoad{Machines: machines, Provisioning: loadWindow(provisioning, machines, atCreation, atReady)}
+	tl.Add(fmt.Sprintf("steady state: counting CloudStack calls per key for %s", sc.SteadyWindow))
+	from := time.Now()
+	sleep(ctx, sc.SteadyWindow)
+	atEnd, err := h.Sim.AccountCalls(ctx)
+	if err != nil {
+		tl.Add("steady state: calls unreadable: " + err.Error())
+		return load
+	}
+	steady := loadWindow(time.Since(from), machines, atReady, atEnd)
+	load.Steady = &steady
+	tl.Add(fmt.Sprintf("steady state: %s", steady.Summary()))
+	return load
+}
+
 // scoreOrphanWatch puts what the shim's orphan report said in the row.
 func scoreOrphanWatch(row *Row, w *OrphanWatch, cfg ShimConfig) {
 	sc := w.Score()
@@ -464,15 +519,13 @@ func OrphansCommandLog(outDir, ns string) string {
 // (with the shim) keeps the node-startup timer as a 30-minute backstop, the default is stock
 // CAPI's 10 minutes.
 func (h *Harness) machineHealthCheck(ns, cluster, mhc string) client.Object {
-	spec := MHCSpec{UnhealthyTimeout: Scaled(5 * time.Minute)}
+	spec := MHCSpec{UnhealthyTimeout: Scaled(5 * time.Minute), NodeStartupTimeout: mhcNodeStartupTimeout(mhc)}
 	switch mhc {
 	case MHCRecommended:
-		spec.NodeStartupTimeout = Scaled(30 * time.Minute)
 		if h.Stack.V1Beta2() {
 			spec.ShimConditionTimeout = Scaled(60 * time.Second)
 		}
 	case MHCDefault:
-		spec.NodeStartupTimeout = Scaled(10 * time.Minute)
 	default:
 		return nil
 	}
@@ -480,6 +533,18 @@ func (h *Harness) machineHealthCheck(ns, cluster, mhc string) client.Object {
 		return MachineHealthCheckV1Beta2(ns, cluster, spec)
 	}
 	return MachineHealthCheck(ns, cluster, spec)
+}
+
+// mhcNodeStartupTimeout is the MHC kind's node-startup timer, scaled: the recommended MHC's is
+// only a backstop (30 min, deploy/examples), stock CAPI's 10 min; 0 without an MHC.
+func mhcNodeStartupTimeout(mhc string) time.Duration {
+	switch mhc {
+	case MHCRecommended:
+		return Scaled(30 * time.Minute)
+	case MHCDefault:
+		return Scaled(10 * time.Minute)
+	}
+	return 0
 }
 
 // Score is what a run recycled.

@@ -59,6 +59,13 @@ var (
 			return []*FaultRule{{Describe: "first worker boots slowly", Match: nth(worker, 0), Fault: "slow-boot", Count: 1}}
 		},
 	}
+	// ScenarioCloudStackLoad measures, not judges: one healthy cluster alone on the simulator,
+	// its keys' CloudStack calls while provisioning and in 10 scaled minutes of steady state
+	// (target/e2e/cloudstack-load.json, the bench's load table).
+	ScenarioCloudStackLoad = Scenario{
+		Key: "9-cloudstack-load", Title: "one healthy cluster (1 CP + 2 workers) alone on the simulator: CloudStack calls per key, provisioning and steady state",
+		ControlPlanes: 1, Workers: 2, Deadline: 5 * time.Minute, SteadyWindow: Scaled(10 * time.Minute),
+	}
 	ScenarioOutage = Scenario{
 		Key: "7-api-outage-429", Title: "CloudStack API outage, then a 429 storm, in the middle of provisioning",
 		ControlPlanes: 1, Workers: 2, Deadline: 6 * time.Minute,

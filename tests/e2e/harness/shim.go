@@ -67,7 +67,9 @@ func (c ShimConfig) OrphanGrace() time.Duration {
 	return scaledDuration(shimDefaultOrphanGrace, c.Scale)
 }
 
-// ShimArgs are the run flags: every duration the shim defaults to, scaled.
+// ShimArgs are the run flags: every duration the shim defaults to, scaled, and the flags of
+// NonDefaultShimFlags (each with its reason; tests/e2e/README.md lists them). shim_test.go
+// checks every value against the defaults the built binary's `run --help` prints.
 func ShimArgs(c ShimConfig, statusAddr string) []string {
 	s := c.Scale
 	args := []string{
@@ -84,8 +86,8 @@ func ShimArgs(c ShimConfig, statusAddr string) []string {
 		"--stopped-grace", scaled(60*time.Second, s),
 		"--transition-grace", scaled(15*time.Minute, s),
 		"--host-unreachable-grace", scaled(10*time.Minute, s),
-		"--nic-detached-grace", scaled(2*time.Minute, s),
-		"--nic-no-address-grace", scaled(5*time.Minute, s),
+		"--nic-detached-grace", scaled(60*time.Second, s),
+		"--nic-no-address-grace", scaled(60*time.Second, s),
 		"--mass-failure-window", scaled(10*time.Minute, s),
 		// A VM left behind by a deleted CloudStackMachine is reported after this (15 min → 90 s).
 		"--orphan-grace", scaled(shimDefaultOrphanGrace, s),
@@ -107,6 +109,20 @@ func ShimArgs(c ShimConfig, statusAddr string) []string {
 		)
 	}
 	return append(args, c.ExtraArgs...)
+}
+
+// NonDefaultShimFlags are the flags the harness passes away from their default and unscaled,
+// with the reason. Everything else it passes is the default times the time scale.
+var NonDefaultShimFlags = map[string]string{
+	"--namespace":                      "one shim per run namespace, so concurrent runs do not see each other's Machines (a deployment watches all namespaces)",
+	"--status-addr":                    "a free loopback port per shim instead of 0.0.0.0:8443",
+	"--insecure-serving":               "plain HTTP on loopback: the harness reads /status and /metrics without a token (TLS and auth are tested by the Rust tests and make test-image)",
+	"--no-leader-election":             "one replica per run; leader election is tested by tests/fault_matrix_kube.rs",
+	"--endpoint-credentials":           "the shim reads CloudStack with its own read-only key (Secret e2e-shim-credentials), as docs/install.md recommends, not with CAPC's root-admin key",
+	"--probe-credentials":              "turns the opt-in guest probe on (runs in mode shim-probe only)",
+	"--probe-max-per-scope-per-minute": "a rate: the default 60 per minute divided by the time scale (600), so the scaled minute holds the same budget",
+	"--probe-arping-params":            "-c 1 -f: arping's one request a second is not shortened by any flag; one request per attempt stands for the default's three (3 s × 0.1)",
+	"--mode":                           "observe, in the negative control only (mode shim-observe): the shim publishes and never escalates",
 }
 
 func freePort() (int, error) {

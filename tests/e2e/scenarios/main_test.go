@@ -127,12 +127,15 @@ func clean(t *testing.T, name string, r harness.Row) {
 	}
 	if r.Mode.WithShim() {
 		// The shim discovers its mode: annotate on CAPI v1.9, condition on v1.13 (v1beta2 MHC).
-		want := "annotate"
+		want, source := "annotate", "auto"
 		if h.Stack.V1Beta2() {
 			want = "condition"
 		}
-		if r.ShimMode != want || r.ShimModeSource != "auto" {
-			t.Errorf("%s: shim mode %q (%s) on CAPI %s, want %q discovered (auto)", name, r.ShimMode, r.ShimModeSource, r.CAPIVersion, want)
+		if r.Mode == harness.ModeShimObserve {
+			want, source = "observe", "forced"
+		}
+		if r.ShimMode != want || r.ShimModeSource != source {
+			t.Errorf("%s: shim mode %q (%s) on CAPI %s, want %q (%s)", name, r.ShimMode, r.ShimModeSource, r.CAPIVersion, want, source)
 		}
 	}
 }
@@ -156,6 +159,39 @@ func noFalseOrphans(t *testing.T, name string, r harness.Row) {
 	}
 }
 
+// requireCaused: the shim caused the faulty Machine's recycle — its False, then (annotate) the
+// remediate annotation under its field manager, then the MHC marking the Machine for that
+// reason, then the owner deleting it, in that order (harness.CausalityFailures).
+func requireCaused(t *testing.T, name string, r harness.Row) {
+	t.Helper()
+	for _, f := range harness.CausalityFailures(r.Causality, r.ShimMode, harness.ShimConditionType) {
+		t.Errorf("%s: not caused by the shim: %s (timeline %s)", name, f, r.Timeline)
+	}
+}
+
+// requireFaster: the shim row's fault → recycle beats the baseline's of the same run by the
+// bound of harness.SpeedFailures.
+func requireFaster(t *testing.T, name string, r, baseline harness.Row) {
+	t.Helper()
+	for _, f := range speedFailures(r, baseline) {
+		t.Errorf("%s: too slow: %s", name, f)
+	}
+	if ratio, ok := recycleRatio(r, baseline); ok {
+		t.Logf("%s: fault → recycle %.1fs vs baseline %.1fs: ratio %.2f (asserted ≤ %.1f), backstop %.0fs", name, *r.SecondsFaultToRecycle, *baseline.SecondsFaultToRecycle, ratio, harness.SpeedRatioMax, r.BackstopSeconds)
+	}
+}
+
+func speedFailures(r, baseline harness.Row) []string {
+	return harness.SpeedFailures(r.SecondsFaultToRecycle, baseline.SecondsFaultToRecycle, time.Duration(r.BackstopSeconds*float64(time.Second)))
+}
+
+func recycleRatio(r, baseline harness.Row) (float64, bool) {
+	if r.SecondsFaultToRecycle == nil || baseline.SecondsFaultToRecycle == nil || *baseline.SecondsFaultToRecycle <= 0 {
+		return 0, false
+	}
+	return *r.SecondsFaultToRecycle / *baseline.SecondsFaultToRecycle, true
+}
+
 // requireMHCActedOnCondition: in condition mode the faulty Machine was recycled because the MHC
 // read the shim's condition. Its evidence (the Machine read as v1beta2 when the MHC marked it)
 // must show CloudStackVMHealthy=False in status.conditions and the MHC's HealthCheckSucceeded=False
@@ -171,10 +207,16 @@ func requireMHCActedOnCondition(t *testing.T, name string, r harness.Row) {
 	}
 	for _, e := range r.ConditionEvidence {
 		landed, marked, ok := strings.Cut(e, "; when the MHC marked it: ")
-		if !ok || !strings.Contains(landed, harness.ShimConditionType+"=False/") || !strings.Contains(landed, " at status.conditions (") {
+		// Read as v1beta2 the condition is at status.conditions; read as v1beta1 in the same
+		// step (the Machine already gone from the v1beta2 list), the same list is served at
+		// status.v1beta2.conditions. The evidence names which.
+		inV1beta2 := strings.Contains(landed, " at status.conditions (") ||
+			(strings.Contains(landed, " at status.v1beta2.conditions (") && strings.Contains(landed, "[read as v1beta1 in the same step"))
+		if !ok || !strings.Contains(landed, harness.ShimConditionType+"=False/") || !inV1beta2 {
 			t.Errorf("%s: the shim's False is not in the v1beta2 status.conditions: %s", name, e)
 		}
-		if !strings.Contains(marked, "HealthCheckSucceeded=False/UnhealthyMachine at status.conditions (Health check failed:") ||
+		if !(strings.Contains(marked, "HealthCheckSucceeded=False/UnhealthyMachine at status.conditions (Health check failed:") ||
+			strings.Contains(marked, "HealthCheckSucceeded=False/UnhealthyMachine at status.v1beta2.conditions (Health check failed:")) ||
 			!strings.Contains(marked, "Condition "+harness.ShimConditionType+" on Machine is reporting status False") {
 			t.Errorf("%s: the MHC's verdict does not name the shim's condition: %s", name, e)
 		}

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 var (
 	withShim   = [2]string{shimMode, recommended}
 	withProbe  = [2]string{probeMode, recommended}
+	muted      = [2]string{string(harness.ModeShimObserve), recommended}
 	baseline   = [2]string{baseMode, harness.MHCDefault}
 	withoutMHC = [2]string{baseMode, harness.MHCNone}
 )
@@ -31,11 +33,15 @@ func TestScenario1WorkerNICDown(t *testing.T) {
 	rows := run(t, harness.ScenarioWorkerNICDown, withShim, withProbe, baseline, withoutMHC)
 	s, p, b, n := rows[shimRun], rows[probeRun], rows[baseRun], rows[baseNoMHC]
 	requireRecycled(t, "shim", s)
+	requireRecycled(t, "baseline", b)
+	requireCaused(t, "shim", s)
+	requireFaster(t, "shim", s, b)
 	requireMHCActedOnCondition(t, "shim", s)
 	requireRecycled(t, "shim-probe", p)
+	requireCaused(t, "shim-probe", p)
+	requireFaster(t, "shim-probe", p, b)
 	requireMHCActedOnCondition(t, "shim-probe", p)
 	requireProbed(t, "shim-probe", p)
-	requireRecycled(t, "baseline", b)
 	if len(s.ShimVerdicts) == 0 {
 		t.Errorf("shim: no False verdict published")
 	}
@@ -50,15 +56,19 @@ func TestScenario1WorkerNICDown(t *testing.T) {
 
 func TestScenario3FirstControlPlaneNICDown(t *testing.T) {
 	rows := run(t, harness.ScenarioFirstCPNICDown, withShim, withProbe, baseline)
-	requireRecycled(t, "shim", rows[shimRun])
-	requireMHCActedOnCondition(t, "shim", rows[shimRun])
-	requireRecycled(t, "shim-probe", rows[probeRun])
-	requireMHCActedOnCondition(t, "shim-probe", rows[probeRun])
-	requireProbed(t, "shim-probe", rows[probeRun])
-	requireRecycled(t, "baseline", rows[baseRun])
+	s, p, b := rows[shimRun], rows[probeRun], rows[baseRun]
+	requireRecycled(t, "baseline", b)
+	for name, r := range map[string]harness.Row{"shim": s, "shim-probe": p} {
+		requireRecycled(t, name, r)
+		requireCaused(t, name, r)
+		requireFaster(t, name, r, b)
+		requireMHCActedOnCondition(t, name, r)
+	}
+	requireProbed(t, "shim-probe", p)
 }
 
-// The Error variant of scenario 3 (make e2e only).
+// The Error variant of scenario 3 (make e2e only). Not a causality row: CAPC v0.6.1 deletes a
+// Machine whose VM it sees in Error itself, before any MHC (capi-interop.md D.1), in both modes.
 func TestScenario3FirstControlPlaneError(t *testing.T) {
 	rows := run(t, harness.ScenarioFirstCPError, withShim, baseline)
 	requireRecycled(t, "shim", rows[shimRun])
@@ -98,8 +108,10 @@ func TestManagementWebhooksAndConversion(t *testing.T) {
 func TestScenario2ControlPlaneScaleUpNICDown(t *testing.T) {
 	rows := run(t, harness.ScenarioScaleUpCPNICDown, withShim, baseline)
 	requireRecycled(t, "shim", rows[shimRun])
-	requireMHCActedOnCondition(t, "shim", rows[shimRun])
 	requireRecycled(t, "baseline", rows[baseRun])
+	requireCaused(t, "shim", rows[shimRun])
+	requireFaster(t, "shim", rows[shimRun], rows[baseRun])
+	requireMHCActedOnCondition(t, "shim", rows[shimRun])
 }
 
 // A VM whose network works but whose services fail: after boot it sends only NTP and ARP
@@ -138,8 +150,10 @@ func TestScenario5SlowButHealthy(t *testing.T) {
 func TestScenario6RollingUpgradeNICDown(t *testing.T) {
 	rows := run(t, harness.ScenarioUpgradeNICDown, withShim, baseline)
 	requireRecycled(t, "shim", rows[shimRun])
-	requireMHCActedOnCondition(t, "shim", rows[shimRun])
 	requireRecycled(t, "baseline", rows[baseRun])
+	requireCaused(t, "shim", rows[shimRun])
+	requireFaster(t, "shim", rows[shimRun], rows[baseRun])
+	requireMHCActedOnCondition(t, "shim", rows[shimRun])
 }
 
 // Scenario 8 (issue 17): a worker Machine deleted while CAPC's deploy job is in flight
@@ -231,4 +245,87 @@ func requireDeliberateOrphans(t *testing.T, name string, r harness.Row, want map
 			t.Errorf("%s: race %s orphaned no VM (notes %v, timeline %s)", name, race, r.Notes, r.Timeline)
 		}
 	}
+}
+
+// TestNegativeControl (make e2e-negative-control, part of make test): scenarios 1 and 3 with
+// the shim present but unable to act (--mode observe: it publishes its condition, never
+// escalates; CAPI v1.9's MHC reads no conditions). It passes only if the causality and speed
+// assertions then fail for the muted shim rows — so they can fail — while nothing else does:
+// the muted rows are still recycled, by the MHC's backstop, cleanly, and the baselines pass.
+func TestNegativeControl(t *testing.T) {
+	if os.Getenv("CAPC_E2E_NEGATIVE_CONTROL") == "" {
+		t.Skip("the negative control runs from make e2e-negative-control (CAPC_E2E_NEGATIVE_CONTROL=1)")
+	}
+	if h.Stack.V1Beta2() {
+		t.Skip("observe mode on a v1beta2 stack still publishes the condition its MHC reads: the control is CAPI v1.9's")
+	}
+	type result struct {
+		sc   harness.Scenario
+		rows map[string]harness.Row
+	}
+	// Both scenarios at once (four runs): the control adds one backstop's time to make test.
+	scenarios := []harness.Scenario{harness.ScenarioWorkerNICDown, harness.ScenarioFirstCPNICDown}
+	results := make(chan result, len(scenarios))
+	for _, sc := range scenarios {
+		sc := sc
+		t.Run(sc.Key, func(t *testing.T) {
+			t.Parallel()
+			results <- result{sc, run(t, sc, muted, baseline)}
+		})
+	}
+	t.Cleanup(func() {
+		close(results)
+		for res := range results {
+			m, b := res.rows[string(harness.ModeShimObserve)+"/"+recommended], res.rows[baseRun]
+			name := res.sc.Key + " shim-observe"
+			requireRecycled(t, res.sc.Key+" baseline", b)
+			clean(t, name, m)
+			if len(m.ShimVerdicts) == 0 {
+				t.Errorf("%s: the muted shim published no False: the control would prove nothing", name)
+			}
+			caused := harness.CausalityFailures(m.Causality, m.ShimMode, harness.ShimConditionType)
+			slow := speedFailures(m, b)
+			t.Logf("%s: causality assertion fails as it must: %v", name, caused)
+			t.Logf("%s: speed assertion fails as it must: %v", name, slow)
+			if len(caused) == 0 {
+				t.Errorf("%s: the causality assertion passed for a shim that cannot act (chains %+v)", name, m.Causality)
+			}
+			if len(slow) == 0 {
+				t.Errorf("%s: the speed assertion passed for a shim that cannot act (fault → recycle %s, baseline %s)", name, fmtp(m.SecondsFaultToRecycle), fmtp(b.SecondsFaultToRecycle))
+			}
+		}
+	})
+}
+
+// TestCloudStackLoad (make e2e-load, part of make test and make bench): one healthy cluster
+// with the shim and its guest probe, alone on the simulator so each key's count is exact. It
+// writes target/e2e/cloudstack-load.json; the bench turns it into calls per Machine-hour and
+// the shim's share of what CAPC already asks CloudStack.
+func TestCloudStackLoad(t *testing.T) {
+	rows := run(t, harness.ScenarioCloudStackLoad, withProbe)
+	r := rows[probeRun]
+	if !r.Converged {
+		t.Fatalf("did not converge: %v (timeline %s)", r.Notes, r.Timeline)
+	}
+	clean(t, "shim-probe", r)
+	l := r.CloudStackLoad
+	if l == nil || l.Steady == nil {
+		t.Fatalf("no load measured (timeline %s)", r.Timeline)
+	}
+	// Every key must have been seen at work: CAPC deployed the VMs, the shim listed them.
+	for account, want := range map[string]string{"admin": "deployVirtualMachine", "shim-ro": "listVirtualMachines"} {
+		if l.Provisioning.Accounts[account].ByCommand[want] == 0 {
+			t.Errorf("provisioning: account %s made no %s call: %+v", account, want, l.Provisioning.Accounts)
+		}
+	}
+	if l.Steady.Accounts["shim-ro"].ByCommand["listVirtualMachines"] == 0 {
+		t.Errorf("steady state: the shim listed nothing in %.0fs: %+v", l.Steady.RealSeconds, l.Steady.Accounts)
+	}
+	path, err := harness.WriteLoadFile(h.OutDir, h.Stack.CAPI, *l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("provisioning %s", l.Provisioning.Summary())
+	t.Logf("steady %s", l.Steady.Summary())
+	t.Logf("wrote %s", path)
 }
