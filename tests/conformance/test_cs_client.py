@@ -34,13 +34,34 @@ def test_signed_list_with_special_characters_in_keyword_finds_the_vm(sim):
     assert found["state"] == "Running"
 
 
-def test_signed_list_with_a_tags_map_parameter_is_accepted(sim):
-    # cs turns the dict into tags[0].key=…&tags[0].value=… — names with brackets, a value with '/'.
-    result = client(sim).listVirtualMachines(
-        tags=[{"key": "cluster.x-k8s.io/cluster-name", "value": "my cluster"}], listall=True
-    )
-    assert isinstance(result, dict)
-    assert result.get("count", 0) == len(result.get("virtualmachine", []))
+CLUSTER_TAG = "cluster.x-k8s.io/cluster-name"
+
+
+def test_signed_list_with_a_tags_map_parameter_filters_by_key_and_value(sim):
+    # cs turns the list into tags[0].key=…&tags[0].value=… — names with brackets, a key with
+    # '/' and a value with a space, all signed. CloudStack returns the VMs carrying a tag with
+    # that key and that value; the simulator compares both exactly (commands/vms.rs, select_vms).
+    tagged = create_vm(sim, "tags-match", tags={CLUSTER_TAG: "my cluster"})
+    other = create_vm(sim, "tags-other-value", tags={CLUSTER_TAG: "other cluster"})
+    untagged = create_vm(sim, "tags-untagged")
+    cs = client(sim)
+
+    # The control: without the filter the listing sees all three (so 1 below is the filter's doing).
+    everything = {vm["id"] for vm in cs.listVirtualMachines(listall=True, keyword="tags-")["virtualmachine"]}
+    assert {tagged["id"], other["id"], untagged["id"]} <= everything
+
+    result = cs.listVirtualMachines(tags=[{"key": CLUSTER_TAG, "value": "my cluster"}], listall=True)
+    assert result.get("count") == 1, result
+    [found] = result["virtualmachine"]
+    assert found["id"] == tagged["id"]
+    assert {"key": CLUSTER_TAG, "value": "my cluster"} in [
+        {"key": t["key"], "value": t["value"]} for t in found.get("tags", [])
+    ], found.get("tags")
+
+    # A value no VM carries (the key alone does not match): nothing, as CloudStack answers it.
+    none = cs.listVirtualMachines(tags=[{"key": CLUSTER_TAG, "value": "no such cluster"}], listall=True)
+    assert none.get("count", 0) == 0, none
+    assert none.get("virtualmachine", []) == [], none
 
 
 def test_pagination_with_fetch_list_collects_every_page(sim):
