@@ -18,7 +18,7 @@ export GO_BUILD_FLAGS
 ## made (and refreshed when the requirements change) by hack/venv.sh.
 VENV := target/venv
 
-.PHONY: all build demo demo-sim test test-rust test-conformance venv test-e2e e2e e2e-build e2e-build-114 bench timings lint fmt clean \
+.PHONY: all build demo demo-sim test test-rust test-conformance venv test-e2e e2e-negative-control e2e-load e2e e2e-build e2e-build-114 bench timings lint fmt clean \
 	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image fuzz \
 	release-manifests test-release
 
@@ -45,7 +45,8 @@ demo-sim: build
 	./target/debug/capc-health-shim demo
 
 ## make test: every test — Rust unit/integration/property tests, the `cs` (PyPI) conformance test, and
-## the end-to-end scenarios 1, 3 and 7 with their baselines and 8 (deletion races) (real CAPI + CAPC, see tests/e2e/README.md).
+## the end-to-end scenarios 1, 3 and 7 with their baselines and 8 (deletion races) (real CAPI + CAPC, see tests/e2e/README.md),
+## the negative control (make e2e-negative-control) and the CloudStack load count (TestCloudStackLoad).
 test: test-release test-rust test-conformance test-e2e
 
 ## The e2e harness is a Go module of its own (tests/e2e); Go fetches its modules from the proxy.
@@ -53,7 +54,7 @@ E2E_GO := cd tests/e2e && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
 E2E_BUILD := cd tests/e2e && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(PROGRESS)
 E2E_GO_113 := cd tests/e2e && CAPC_E2E_CAPI=1.13 GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
 E2E_GO_114 := cd tests/e2e && CAPC_E2E_CAPI=1.14 GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
-E2E_CI_SCENARIOS ?= TestManagement|TestScenario1WorkerNICDown|TestScenario3FirstControlPlaneNICDown|TestScenario7APIOutageAnd429|TestScenario8DeletionRaces
+E2E_CI_SCENARIOS ?= TestManagement|TestScenario1WorkerNICDown|TestScenario3FirstControlPlaneNICDown|TestScenario7APIOutageAnd429|TestScenario8DeletionRaces|TestCloudStackLoad
 
 ## compile the e2e packages and test binaries once (cached by Go), so test time is test time;
 ## and process B of the CAPI v1.13 stack, CAPI core in a Go module of its own (tests/e2e/capi-core)
@@ -73,7 +74,19 @@ E2E_CI_SCENARIOS_113 ?= TestManagement|TestScenario1WorkerNICDown|TestScenario8D
 test-e2e: build apiserver-build e2e-build
 	$(E2E_GO) test -count=1 -timeout 60m ./harness/ ./simapi/
 	$(E2E_GO) test -count=1 -timeout 60m -v -run '$(E2E_CI_SCENARIOS)' ./scenarios/
+	$(MAKE) e2e-negative-control
 	$(E2E_GO_113) test -count=1 -timeout 30m -v -run '$(E2E_CI_SCENARIOS_113)' ./scenarios/
+
+## the negative control (issue 27): scenarios 1 and 3 with the shim unable to act (--mode observe)
+## on CAPI v1.9; passes only if the causality and speed assertions then fail for its rows (its rows
+## are added to target/e2e/report.json, mode shim-observe)
+e2e-negative-control: build apiserver-build e2e-build
+	cd tests/e2e && CAPC_E2E_NEGATIVE_CONTROL=1 CAPC_E2E_KEEP_ROWS=1 GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO) test -count=1 -timeout 30m -v -run 'TestNegativeControl' ./scenarios/
+
+## the CloudStack load per key (CAPC, shim, probe) of one healthy cluster alone on the simulator →
+## target/e2e/cloudstack-load.json (make test runs it with the v1.9 scenarios; make bench reads it)
+e2e-load: build apiserver-build e2e-build
+	cd tests/e2e && CAPC_E2E_KEEP_ROWS=1 GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO) test -count=1 -timeout 30m -v -run 'TestCloudStackLoad' ./scenarios/
 
 ## make e2e: every seed scenario with its baseline on every CAPI stack (v1.9 annotate mode, then
 ## v1.13 and v1.14 condition mode; about 25 min each); writes target/e2e/report.json and report.md
