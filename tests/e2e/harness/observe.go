@@ -94,9 +94,10 @@ type Recorder struct {
 	machineVersion string // the Machine API version the MHC reads: v1beta1 or v1beta2
 	tl             *Timeline
 
-	mu       sync.Mutex
-	machines map[string]*MachineRecord
-	kcpInit  time.Time
+	mu          sync.Mutex
+	machines    map[string]*MachineRecord
+	snapshotErr error // the last step's failure to list Machines as the MHC reads them
+	kcpInit     time.Time
 }
 
 // NewRecorder records the Machines of namespace; conditionType is the shim's condition,
@@ -118,11 +119,12 @@ func (r *Recorder) step(ctx context.Context) error {
 	// The same Machines as the MHC's API version serves them, read right after: the evidence
 	// comes from this snapshot, not from a read after the fact — a Machine the MHC just marked
 	// can be deleted and gone within one step (seen on CAPI v1.13: "read failed: not found").
-	snapshot := r.snapshot(ctx)
+	snapshot, snapshotErr := r.snapshot(ctx)
 	now := time.Now()
 	seen := map[string]bool{}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.snapshotErr = snapshotErr
 	for i := range list.Items {
 		m := &list.Items[i]
 		seen[m.Name] = true
@@ -245,18 +247,18 @@ func mhcUnhealthy(m *clusterv1.Machine) (reason, message string, ok bool) {
 
 // snapshot lists the namespace's Machines in the MHC's API version, by name (empty when the
 // list fails: evidence then reads each Machine on its own).
-func (r *Recorder) snapshot(ctx context.Context) map[string]*unstructured.Unstructured {
+func (r *Recorder) snapshot(ctx context.Context) (map[string]*unstructured.Unstructured, error) {
 	list := &unstructured.UnstructuredList{}
 	list.SetAPIVersion(clusterv1.GroupVersion.Group + "/" + r.machineVersion)
 	list.SetKind("MachineList")
 	out := map[string]*unstructured.Unstructured{}
 	if err := r.c.List(ctx, list, client.InNamespace(r.namespace)); err != nil {
-		return out
+		return out, err
 	}
 	for i := range list.Items {
 		out[list.Items[i].GetName()] = &list.Items[i]
 	}
-	return out
+	return out, nil
 }
 
 // evidence says where a condition type is on the Machine and what it says, from what this
@@ -275,7 +277,11 @@ func (r *Recorder) evidence(snapshot map[string]*unstructured.Unstructured, m *c
 		if err != nil {
 			return "unreadable: " + err.Error()
 		}
-		obj, source = converted, "read as v1beta1 in the same step (the "+r.machineVersion+" list no longer had it)"
+		why := "the " + r.machineVersion + " list no longer had it"
+		if r.snapshotErr != nil {
+			why = "the " + r.machineVersion + " list failed: " + r.snapshotErr.Error()
+		}
+		obj, source = converted, "read as v1beta1 in the same step ("+why+")"
 	}
 	return conditionIn(obj, conditionType) + " [" + source + "]"
 }
