@@ -1,19 +1,22 @@
-//! Part 1: CloudStack API load of the shim's batch polling against a per-Machine poller,
-//! counted by the simulator (every HTTP request it answered, by command).
+//! Part 1: CloudStack API load of the shim's batch polling at 100–10 000 VMs, counted by the
+//! simulator (every HTTP request it answered, by command), next to a per-Machine poller: CAPC's
+//! retired state checker at its 5 s interval. That checker is not registered in CAPC v0.6.1, so
+//! it is not what users run; `users_load.rs` compares with what they run (CAPC's own calls,
+//! counted per key by the e2e), and uses this part's shim figures for its fleet sizes.
 
 use capc_health_shim::cloudstack::model::VirtualMachine;
 use futures::stream::{self, StreamExt};
 
 use crate::fleet::{poll_all, ratio, Fleet, FleetPlan, SHIM_INTERVAL_SECS};
 
-/// The per-Machine baseline: one `listVirtualMachinesMetrics id=…` per Machine every 5 s
-/// (the pattern of CAPC's old state checker).
+/// CAPC's retired state checker: one `listVirtualMachinesMetrics id=…` per Machine every 5 s
+/// (switched off and not registered in CAPC v0.6.1; a second comparison, not the load users have).
 pub const PER_MACHINE_INTERVAL_SECS: i64 = 5;
 /// CloudStack's default (and the shim's) page size.
 pub const PAGE_SIZE: usize = 500;
 
-/// Concurrent requests of the per-Machine baseline (it only shortens the wall time).
-const BASELINE_CONCURRENCY: usize = 8;
+/// Concurrent requests of the retired checker (it only shortens the wall time).
+const RETIRED_CHECKER_CONCURRENCY: usize = 8;
 const WARMUP_CYCLES: usize = 6;
 const MEASURED_CYCLES: u64 = 10;
 
@@ -26,10 +29,10 @@ pub struct LoadRow {
     /// One page per 500 VMs per scope per interval.
     pub floor_calls_per_cycle: f64,
     pub floor_calls_per_machine_hour: f64,
-    pub baseline_calls_per_cycle: f64,
-    pub baseline_calls_per_machine_hour: f64,
-    /// Baseline calls that failed (should be 0; a failed call is still a call).
-    pub baseline_errors: u64,
+    pub retired_checker_calls_per_cycle: f64,
+    pub retired_checker_calls_per_machine_hour: f64,
+    /// Retired-checker calls that failed (should be 0; a failed call is still a call).
+    pub retired_checker_errors: u64,
     /// Shim verdicts that were not `True` at the end (a healthy fleet: should be 0).
     pub shim_not_true: usize,
     pub shim_commands: String,
@@ -38,7 +41,7 @@ pub struct LoadRow {
 impl LoadRow {
     pub fn ratio(&self) -> f64 {
         ratio(
-            self.baseline_calls_per_machine_hour,
+            self.retired_checker_calls_per_machine_hour,
             self.shim_calls_per_machine_hour,
         )
     }
@@ -91,8 +94,8 @@ async fn shim_cycles(fleet: &Fleet) -> (f64, usize, String) {
     )
 }
 
-/// One 5 s round of the per-Machine baseline: returns (calls, failed calls).
-async fn baseline_round(fleet: &Fleet) -> (u64, u64) {
+/// One 5 s round of the retired checker: returns (calls, failed calls).
+async fn retired_checker_round(fleet: &Fleet) -> (u64, u64) {
     let client = fleet.client();
     let before = fleet.calls_total();
     let targets: Vec<(String, String)> = fleet
@@ -115,7 +118,7 @@ async fn baseline_round(fleet: &Fleet) -> (u64, u64) {
                     .unwrap_or(false)
             }
         })
-        .buffer_unordered(BASELINE_CONCURRENCY)
+        .buffer_unordered(RETIRED_CHECKER_CONCURRENCY)
         .filter(|found| std::future::ready(!found))
         .count()
         .await;
@@ -132,12 +135,12 @@ pub async fn measure(vms: usize, scopes: usize) -> Result<LoadRow, String> {
     let mut errors = 0;
     for _ in 0..rounds {
         fleet.sim.advance(PER_MACHINE_INTERVAL_SECS as f64);
-        let (c, e) = baseline_round(&fleet).await;
+        let (c, e) = retired_checker_round(&fleet).await;
         calls += c;
         errors += e;
     }
     fleet.stop().await;
-    let baseline_per_cycle = calls as f64 / rounds as f64;
+    let retired_checker_per_cycle = calls as f64 / rounds as f64;
     let floor = floor_pages_per_cycle(vms, scopes) as f64;
     Ok(LoadRow {
         vms,
@@ -146,13 +149,13 @@ pub async fn measure(vms: usize, scopes: usize) -> Result<LoadRow, String> {
         shim_calls_per_machine_hour: per_machine_hour(shim_per_cycle, SHIM_INTERVAL_SECS, vms),
         floor_calls_per_cycle: floor,
         floor_calls_per_machine_hour: per_machine_hour(floor, SHIM_INTERVAL_SECS, vms),
-        baseline_calls_per_cycle: baseline_per_cycle,
-        baseline_calls_per_machine_hour: per_machine_hour(
-            baseline_per_cycle,
+        retired_checker_calls_per_cycle: retired_checker_per_cycle,
+        retired_checker_calls_per_machine_hour: per_machine_hour(
+            retired_checker_per_cycle,
             PER_MACHINE_INTERVAL_SECS,
             vms,
         ),
-        baseline_errors: errors,
+        retired_checker_errors: errors,
         shim_not_true: not_true,
         shim_commands: commands,
     })

@@ -1,8 +1,10 @@
-//! `make bench`, part two: scale and speed against per-Machine polling and the MHC timer
-//! (issue 7). Runs the shim's real polling code (`check`'s `Checker`: `scope::poll`, the
-//! verdict engine, the mass-failure guard, condition transitions) against an in-process
-//! `cloudstack-sim` on loopback whose clock is frozen and moved in lockstep with the shim's
-//! `now`, so hours of simulated time take seconds. Writes `target/bench/report.json` (flat
+//! `make bench`, part two: scale and speed — the CloudStack load the shim adds to CAPC's own
+//! (from the e2e's per-key counts, when `target/e2e/cloudstack-load.json` exists), against
+//! CAPC's retired per-Machine state checker, and time to `False` and to recycle against the MHC
+//! timer (issues 7 and 27). Runs the shim's real polling code (`check`'s `Checker`:
+//! `scope::poll`, the verdict engine, the mass-failure guard, condition transitions) against an
+//! in-process `cloudstack-sim` on loopback whose clock is frozen and moved in lockstep with the
+//! shim's `now`, so hours of simulated time take seconds. Writes `target/bench/report.json` (flat
 //! `{"name": value}` pairs, units in the names, including the micro-benchmarks of
 //! `target/bench/cloudstack.json` when that file exists) and `target/bench/report.md`.
 //!
@@ -13,7 +15,9 @@ mod load;
 mod matrix;
 mod precision;
 mod probe;
+mod recycle;
 mod report;
+mod users_load;
 mod verdict_time;
 
 use std::time::Instant;
@@ -47,27 +51,20 @@ fn main() {
         }
         return;
     }
-    rt.block_on(async {
-        let mut rows = Vec::new();
-        for vms in LOAD_SIZES {
-            for scopes in LOAD_SCOPES {
-                let t = Instant::now();
-                match load::measure(vms, scopes).await {
-                    Ok(row) => {
-                        eprintln!(
-                            "load: {vms} VMs / {scopes} scope(s): shim {:.1} calls per cycle, \
-                             per-Machine poller {:.0} per 5 s ({:.1} s)",
-                            row.shim_calls_per_cycle,
-                            row.baseline_calls_per_cycle,
-                            t.elapsed().as_secs_f64()
-                        );
-                        rows.push(row);
-                    }
-                    Err(e) => eprintln!("load: {vms} VMs / {scopes} scope(s) skipped: {e}"),
-                }
-            }
+    // `CAPC_BENCH_SCALE_ONLY=load`: sections 1 and 1a alone, into target/bench/load-only/ (to
+    // read a new `target/e2e/cloudstack-load.json` in about a minute).
+    if std::env::var("CAPC_BENCH_SCALE_ONLY").as_deref() == Ok("load") {
+        let rows = rt.block_on(measure_load());
+        add_load_sections(&mut report, &rows);
+        match report.write("target/bench/load-only") {
+            Ok(()) => println!("{}", report.markdown()),
+            Err(e) => eprintln!("cannot write the report: {e}"),
         }
-        report.add_load(&rows);
+        return;
+    }
+    rt.block_on(async {
+        let rows = measure_load().await;
+        add_load_sections(&mut report, &rows);
 
         let mut stats_rows = Vec::new();
         for vms in STATS_ROWS_SIZES {
@@ -170,4 +167,38 @@ fn main() {
         ),
         Err(e) => eprintln!("cannot write the report: {e}"),
     }
+}
+
+/// Part 1's measurements: the shim's poller (and CAPC's retired state checker) at every size.
+async fn measure_load() -> Vec<load::LoadRow> {
+    let mut rows = Vec::new();
+    for vms in LOAD_SIZES {
+        for scopes in LOAD_SCOPES {
+            let t = Instant::now();
+            match load::measure(vms, scopes).await {
+                Ok(row) => {
+                    eprintln!(
+                        "load: {vms} VMs / {scopes} scope(s): shim {:.1} calls per cycle, \
+                         retired state checker {:.0} per 5 s ({:.1} s)",
+                        row.shim_calls_per_cycle,
+                        row.retired_checker_calls_per_cycle,
+                        t.elapsed().as_secs_f64()
+                    );
+                    rows.push(row);
+                }
+                Err(e) => eprintln!("load: {vms} VMs / {scopes} scope(s) skipped: {e}"),
+            }
+        }
+    }
+    rows
+}
+
+/// Sections 1 and 1a: what the shim adds to the load CAPC already makes (from the e2e's per-key
+/// counts; `CAPC_BENCH_CLOUDSTACK_LOAD=<file>` reads another file than the e2e's), then CAPC's
+/// retired state checker, which measured the shim's figures for the fleet sizes of section 1.
+fn add_load_sections(report: &mut Report, rows: &[load::LoadRow]) {
+    let load_file = std::env::var("CAPC_BENCH_CLOUDSTACK_LOAD")
+        .unwrap_or_else(|_| cloudstack_sim::load::LOAD_FILE.to_string());
+    report.add_users_load(&load_file, rows);
+    report.add_load(rows);
 }

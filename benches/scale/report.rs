@@ -13,6 +13,7 @@ use crate::load::{LoadRow, RowsRow, NO_NODE_PERCENT, PAGE_SIZE, PER_MACHINE_INTE
 use crate::matrix::{self, CellResult, FaultCount};
 use crate::precision::{self, PrecisionResult};
 use crate::probe::{Cost, ProbeResults, TimeResult, GOAL_P99_SECONDS, PROBE_COMMANDS};
+use crate::recycle::{cell, plus, RecycleTerms};
 use crate::verdict_time::{never_false, percentile, KindResult, MHC_NODE_STARTUP_TIMEOUT_SECS};
 
 /// `a: 1, b: 2` of a count map, or `none`.
@@ -138,15 +139,24 @@ impl Report {
         self.values.insert(name.to_string(), value);
     }
 
+    /// Appends a Markdown section (in the order added).
+    pub fn push_section(&mut self, md: String) {
+        self.sections.push(md);
+    }
+
     pub fn add_load(&mut self, rows: &[LoadRow]) {
         let mut md = format!(
-            "## 1. CloudStack API load\n\n\
-             Calls counted by cloudstack-sim (every HTTP request it answered). The shim polls each scope \
-             every {SHIM_INTERVAL_SECS} s (its default) with one paginated listing; the per-Machine \
-             poller calls `listVirtualMachinesMetrics id=…` for every Machine every \
-             {PER_MACHINE_INTERVAL_SECS} s. Floor: one page per {PAGE_SIZE} VMs per scope per interval. \
-             Healthy fleet, simulated time.\n\n\
-             | VMs | scopes | shim calls/cycle | floor calls/cycle | shim ÷ floor | shim calls/machine-hour | per-Machine calls/5 s | per-Machine calls/machine-hour | per-Machine ÷ shim |\n\
+            "## 1a. CAPC's retired state checker at its {PER_MACHINE_INTERVAL_SECS} s interval (not registered in CAPC v0.6.1)\n\n\
+             A second comparison, not the load users have (that is section 1): CAPC's old state \
+             checker called `listVirtualMachinesMetrics id=…` for every Machine every \
+             {PER_MACHINE_INTERVAL_SECS} s; it is switched off and not registered in CAPC v0.6.1, and \
+             part of its ratio to the shim is only its {PER_MACHINE_INTERVAL_SECS} s interval against \
+             the shim's {SHIM_INTERVAL_SECS} s. Calls counted by cloudstack-sim (every HTTP request it \
+             answered). The shim polls each scope every {SHIM_INTERVAL_SECS} s (its default) with one \
+             paginated listing. Floor: one page per {PAGE_SIZE} VMs per scope per interval. Healthy \
+             fleet, simulated time. Section 1 uses the shim columns of this table at 1 000 and \
+             10 000 VMs.\n\n\
+             | VMs | scopes | shim calls/cycle | floor calls/cycle | shim ÷ floor | shim calls/machine-hour | retired checker calls/5 s | retired checker calls/machine-hour | retired checker ÷ shim |\n\
              |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
         );
         for r in rows {
@@ -169,15 +179,15 @@ impl Report {
             );
             self.set(
                 &format!("api_calls_per_5s_cycle_per_machine_poller_{label}"),
-                r.baseline_calls_per_cycle,
+                r.retired_checker_calls_per_cycle,
             );
             self.set(
                 &format!("api_calls_per_machine_hour_per_machine_poller_{label}"),
-                r.baseline_calls_per_machine_hour,
+                r.retired_checker_calls_per_machine_hour,
             );
             self.set(
                 &format!("api_calls_failed_per_machine_poller_{label}"),
-                r.baseline_errors as f64,
+                r.retired_checker_errors as f64,
             );
             self.set(
                 &format!("shim_verdicts_not_true_healthy_fleet_{label}"),
@@ -203,17 +213,17 @@ impl Report {
                 r.floor_calls_per_cycle,
                 over_floor,
                 r.shim_calls_per_machine_hour,
-                r.baseline_calls_per_cycle,
-                r.baseline_calls_per_machine_hour,
+                r.retired_checker_calls_per_cycle,
+                r.retired_checker_calls_per_machine_hour,
                 r.ratio()
             );
         }
         md.push_str("\nShim calls per cycle by command:\n\n");
         for r in rows {
-            let bad = if r.shim_not_true > 0 || r.baseline_errors > 0 {
+            let bad = if r.shim_not_true > 0 || r.retired_checker_errors > 0 {
                 format!(
-                    " (not True: {}; failed per-Machine calls: {})",
-                    r.shim_not_true, r.baseline_errors
+                    " (not True: {}; failed retired-checker calls: {})",
+                    r.shim_not_true, r.retired_checker_errors
                 )
             } else {
                 String::new()
@@ -229,20 +239,32 @@ impl Report {
 
     pub fn add_verdict_times(&mut self, kinds: &[KindResult]) {
         let g = Graces::default();
+        let terms = RecycleTerms::load();
         self.set(
             "mhc_node_startup_timeout_seconds",
             MHC_NODE_STARTUP_TIMEOUT_SECS,
         );
+        if let Some(a) = terms.annotate() {
+            self.set("recycle_added_seconds_annotate", a);
+        }
+        if let Some(c) = terms.condition() {
+            self.set("recycle_added_seconds_condition", c);
+        }
         let mut md = format!(
             "## 2. Time to a verdict\n\n\
              Seconds from fault injection to the first published `False`, simulated time: default \
              graces, shim interval {} s, CloudStack stats interval {} s. Per kind: 10 scopes × 25 VMs, \
              one host per VM, 200 faults at seeded random times. MHC's default `nodeStartupTimeout` \
-             is {MHC_NODE_STARTUP_TIMEOUT_SECS:.0} s; floor = one poll interval + the evidence grace.\n\n\
-             | fault | faults | detected | p50 s | p99 s | max s | floor s | p99 ÷ floor | p99 ÷ MHC 600 s | held by guard | false False |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+             is {MHC_NODE_STARTUP_TIMEOUT_SECS:.0} s; floor = one poll interval + the evidence grace. \
+             Time to `False` is not time to recycle: the last four columns add what a `False` still \
+             waits for in each mode (below) and compare that with the stock MHC's \
+             {MHC_NODE_STARTUP_TIMEOUT_SECS:.0} s.\n\n\
+             | fault | faults | detected | p50 s to False | p99 s to False | max s to False | floor s | p99 ÷ floor | p99 s to recycle, annotate (+{}) | ÷ stock MHC {MHC_NODE_STARTUP_TIMEOUT_SECS:.0} s | p99 s to recycle, condition (+{}) | ÷ stock MHC {MHC_NODE_STARTUP_TIMEOUT_SECS:.0} s | held by guard | false False |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
             g.poll_interval.as_secs(),
-            g.stats_interval.as_secs()
+            g.stats_interval.as_secs(),
+            cell(terms.annotate(), 0),
+            cell(terms.condition(), 0),
         );
         let mut false_false = 0;
         let mut notes = Vec::new();
@@ -294,13 +316,27 @@ impl Report {
                     &format!("verdict_p99_fraction_of_mhc_node_startup_timeout_{key}"),
                     p99 / MHC_NODE_STARTUP_TIMEOUT_SECS,
                 );
+                for (mode, added) in [
+                    ("annotate", terms.annotate()),
+                    ("condition", terms.condition()),
+                ] {
+                    if let Some(r) = plus(p99, added) {
+                        self.set(&format!("recycle_p99_seconds_{mode}_{key}"), r);
+                        self.set(
+                            &format!(
+                                "recycle_p99_fraction_of_stock_mhc_node_startup_timeout_{mode}_{key}"
+                            ),
+                            r / MHC_NODE_STARTUP_TIMEOUT_SECS,
+                        );
+                    }
+                }
             }
             if never_false(k.fault) {
                 // No floor, no percentiles: the kind never gives `False` by design.
                 let _ = writeln!(
                     md,
                     "| {} | {} | stays `Unknown` by design ({} `Unknown HostUnreachable`, {} \
-                     `False`) | – | – | – | – | – | – | {} | {} |",
+                     `False`) | – | – | – | – | – | – | – | – | – | {} | {} |",
                     k.fault.as_str(),
                     k.injected,
                     k.unknown_host_unreachable,
@@ -311,9 +347,11 @@ impl Report {
                 continue;
             }
             self.set(&format!("verdict_floor_seconds_{key}"), k.floor_seconds);
+            let annotate = plus(p99, terms.annotate());
+            let condition = plus(p99, terms.condition());
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {} | {} |",
+                "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {} | {} | {} | {} | {} | {} |",
                 k.fault.as_str(),
                 k.injected,
                 k.seconds_to_false.len(),
@@ -322,11 +360,16 @@ impl Report {
                 max,
                 k.floor_seconds,
                 p99 / k.floor_seconds,
-                p99 / MHC_NODE_STARTUP_TIMEOUT_SECS,
+                cell(annotate, 0),
+                cell(annotate.map(|r| r / MHC_NODE_STARTUP_TIMEOUT_SECS), 2),
+                cell(condition, 0),
+                cell(condition.map(|r| r / MHC_NODE_STARTUP_TIMEOUT_SECS), 2),
                 k.held,
                 k.false_false
             );
         }
+        md.push('\n');
+        md.push_str(&terms.explain(g.poll_interval.as_secs()));
         self.set("verdict_time_false_false_verdicts", false_false as f64);
         md.push('\n');
         for n in notes {
@@ -349,17 +392,21 @@ impl Report {
 
     /// Section 3b: time to a verdict and precision at [`crate::verdict_time::goal_graces`].
     pub fn add_goal_graces(&mut self, g: &Graces, kinds: &[KindResult], p: &PrecisionResult) {
+        let terms = RecycleTerms::load();
         let mut md = format!(
             "## 3b. At graces short enough for the time goal\n\n\
-             The goal (p99 under 20 % of MHC's 600 s = 120 s): the NIC graces are 60 s by default now \
+             The goal (p99 of time to `False` under 20 % of MHC's 600 s = 120 s; the recycle columns \
+             add section 2's terms): the NIC graces are 60 s by default now \
              and host-offline never gives `False`, so what is left is nic-down, bounded by three stats \
              samples. Here sections 2 and 3 run again with `--silent-samples {}` (everything else \
              default, same seeds; NIC graces {} s / {} s):\n\n\
-             | fault | p50 s | p99 s | floor s | p99 ÷ MHC 600 s | false False |\n\
-             |---|---:|---:|---:|---:|---:|\n",
+             | fault | p50 s to False | p99 s to False | floor s | p99 s to recycle, annotate (+{}) | ÷ stock MHC {MHC_NODE_STARTUP_TIMEOUT_SECS:.0} s | p99 s to recycle, condition (+{}) | ÷ stock MHC {MHC_NODE_STARTUP_TIMEOUT_SECS:.0} s | false False |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
             g.silent_samples,
             g.nic_detached.as_secs(),
             g.nic_no_address.as_secs(),
+            cell(terms.annotate(), 0),
+            cell(terms.condition(), 0),
         );
         for k in kinds {
             let key = fault_key(k.fault);
@@ -371,7 +418,7 @@ impl Report {
             if never_false(k.fault) {
                 let _ = writeln!(
                     md,
-                    "| {} | stays `Unknown` by design ({} of {} `Unknown HostUnreachable`) | – | – | – | {} |",
+                    "| {} | stays `Unknown` by design ({} of {} `Unknown HostUnreachable`) | – | – | – | – | – | – | {} |",
                     k.fault.as_str(),
                     k.unknown_host_unreachable,
                     k.injected,
@@ -379,12 +426,29 @@ impl Report {
                 );
                 continue;
             }
+            let annotate = plus(p99, terms.annotate());
+            let condition = plus(p99, terms.condition());
+            if let Some(r) = annotate {
+                self.set(
+                    &format!("goal_graces_recycle_p99_seconds_annotate_{key}"),
+                    r,
+                );
+            }
+            if let Some(r) = condition {
+                self.set(
+                    &format!("goal_graces_recycle_p99_seconds_condition_{key}"),
+                    r,
+                );
+            }
             let _ = writeln!(
                 md,
-                "| {} | {p50:.0} | {p99:.0} | {:.0} | {:.2} | {} |",
+                "| {} | {p50:.0} | {p99:.0} | {:.0} | {} | {} | {} | {} | {} |",
                 k.fault.as_str(),
                 k.floor_seconds,
-                p99 / MHC_NODE_STARTUP_TIMEOUT_SECS,
+                cell(annotate, 0),
+                cell(annotate.map(|r| r / MHC_NODE_STARTUP_TIMEOUT_SECS), 2),
+                cell(condition, 0),
+                cell(condition.map(|r| r / MHC_NODE_STARTUP_TIMEOUT_SECS), 2),
                 k.false_false
             );
         }

@@ -46,6 +46,8 @@
 //! - [`routers`]: `listRouters` and `runDiagnostics` (virtual routers of guest networks).
 //! - [`scenario`]: scenario file parsing with path-precise errors.
 //! - [`server`]: the HTTP server, admin API and API-level fault injection.
+//! - [`load`]: the per-account load (`/sim/calls` `by_account`) as the e2e records it, read
+//!   back as rates per Machine-hour for `make bench`.
 
 pub mod admin;
 pub mod api;
@@ -53,6 +55,7 @@ pub mod catalog;
 pub mod clock;
 pub mod commands;
 pub mod directory;
+pub mod load;
 pub mod provisioning;
 pub mod routers;
 pub mod scenario;
@@ -86,7 +89,40 @@ pub struct CallStats {
     /// Rows read by the most recent API request, and the most any one request read.
     pub stats_rows_last_request: u64,
     pub stats_rows_max_request: u64,
+    /// The same load by caller: account name → [`AccountCalls`] (`by_account`).
+    ///
+    /// Why: the end-to-end load test (issue 27, item 5) runs CAPC, the shim and the shim's
+    /// guest probe against one simulator, each with its own key, and must tell what each of
+    /// them costs CloudStack (calls, `vm_stats` rows, async jobs) to say what the shim adds to
+    /// the load CAPC already makes. Keyed by account name — never by API key: `/sim/calls` is
+    /// unauthenticated and lands in test reports. Bounded: accounts are finite, requests whose
+    /// key matches none share [`UNKNOWN_KEY`], requests without one [`NO_KEY`], and past
+    /// [`MAX_ACCOUNT_BUCKETS`] names the rest share [`OTHER_ACCOUNTS`].
+    pub by_account: BTreeMap<String, AccountCalls>,
 }
+
+/// One caller's share of the API load (`GET /sim/calls` `by_account.<account>`).
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AccountCalls {
+    /// Every request that reached the API handler with this caller's key, whatever the
+    /// answer (injected outages, proxy pages and hangs included).
+    pub calls: u64,
+    /// Requests by command name (unknown names share `(other)` as in `by_command`).
+    pub by_command: BTreeMap<String, u64>,
+    /// `vm_stats` rows read to answer this caller.
+    pub stats_rows: u64,
+    /// Successful (HTTP 200) calls of async commands: jobs CloudStack queued for the caller.
+    pub async_jobs: u64,
+}
+
+/// `by_account` bucket of requests whose `apikey` matches no account.
+pub const UNKNOWN_KEY: &str = "(unknown key)";
+/// `by_account` bucket of requests without an `apikey` parameter.
+pub const NO_KEY: &str = "(no key)";
+/// `by_account` bucket of account names past [`MAX_ACCOUNT_BUCKETS`].
+pub const OTHER_ACCOUNTS: &str = "(other accounts)";
+/// Most account names `by_account` keeps apart.
+pub const MAX_ACCOUNT_BUCKETS: usize = 256;
 
 /// The mutable state behind a [`Simulator`].
 pub(crate) struct SimState {
@@ -112,10 +148,41 @@ impl SimState {
         self.signatures.push_back(signature.to_string());
     }
 
-    /// Records how many `vm_stats` rows one request read.
-    pub fn record_stats_rows(&mut self, command: &str, rows: u64) {
+    /// The `by_account` bucket of a request: the name of the account whose key its `apikey`
+    /// parameter (name matched case-insensitively, as the API does) carries, [`UNKNOWN_KEY`]
+    /// or [`NO_KEY`]. Never the key itself.
+    pub fn caller_of(&self, params: &api::Params) -> String {
+        let key = params
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("apikey"))
+            .map(|(_, v)| v.as_str());
+        let name = match key {
+            None => return NO_KEY.to_string(),
+            Some(key) => match self.world.account_by_api_key(key) {
+                Some(i) => self.world.accounts[i].name.as_str(),
+                None => return UNKNOWN_KEY.to_string(),
+            },
+        };
+        if self.calls.by_account.contains_key(name)
+            || self.calls.by_account.len() < MAX_ACCOUNT_BUCKETS
+        {
+            name.to_string()
+        } else {
+            OTHER_ACCOUNTS.to_string()
+        }
+    }
+
+    /// Records how many `vm_stats` rows one request of `caller` read.
+    pub fn record_stats_rows(&mut self, caller: &str, command: &str, rows: u64) {
         self.calls.stats_rows_last_request = rows;
         self.calls.stats_rows_max_request = self.calls.stats_rows_max_request.max(rows);
+        if rows > 0 {
+            self.calls
+                .by_account
+                .entry(caller.to_string())
+                .or_default()
+                .stats_rows += rows;
+        }
         if rows > 0 && commands::find(command).is_some() {
             *self
                 .calls
@@ -125,7 +192,9 @@ impl SimState {
         }
     }
 
-    pub fn record_call(&mut self, command: &str, result: &str) {
+    /// Counts one request of `caller` (a [`SimState::caller_of`] bucket) answered with
+    /// `result` (the HTTP status, `200-malformed`, `hang`).
+    pub fn record_call(&mut self, caller: &str, command: &str, result: &str) {
         self.calls.total += 1;
         let name = if command.is_empty() {
             "(none)"
@@ -142,6 +211,15 @@ impl SimState {
         } else {
             "(other)".to_string()
         };
+        let account = self.calls.by_account.entry(caller.to_string()).or_default();
+        account.calls += 1;
+        *account.by_command.entry(key.clone()).or_insert(0) += 1;
+        // A 200 of an async command is a job CloudStack queued (`200-malformed` too: only the
+        // body was cut on the way back).
+        let ok = result == "200" || result.starts_with("200-");
+        if ok && commands::find(name).is_some_and(|spec| spec.is_async) {
+            account.async_jobs += 1;
+        }
         *self
             .calls
             .by_command
@@ -331,7 +409,15 @@ impl Simulator {
                 "last_request": c.stats_rows_last_request,
                 "max_request": c.stats_rows_max_request,
             },
+            // Account names only, never keys (see `CallStats::by_account`).
+            "by_account": c.by_account,
         })
+    }
+
+    /// The call counts by caller (`GET /sim/calls` `by_account`): account name → its calls,
+    /// calls by command, `vm_stats` rows read and async jobs queued.
+    pub fn calls_by_account(&self) -> BTreeMap<String, AccountCalls> {
+        self.lock().calls.by_account.clone()
     }
 
     /// Sets (or clears, with `None`) a VM's traffic profile from now on.
@@ -344,8 +430,8 @@ impl Simulator {
         })
     }
 
-    /// Clears call counts, API faults and throttle windows; with `world`, also restores
-    /// the initial world and restarts the clock at its start time.
+    /// Clears call counts (`by_account` too), API faults and throttle windows; with `world`,
+    /// also restores the initial world and restarts the clock at its start time.
     pub fn reset(&self, world: bool) {
         let mut st = self.lock();
         st.calls = CallStats::default();
@@ -357,5 +443,63 @@ impl Simulator {
             st.world = st.initial.clone();
             st.clock = SimClock::new(st.world.now_ms(), st.clock.scale());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> api::Params {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn by_account_is_bounded_and_never_names_a_key() {
+        let mut w = World::default_world("admin-key", "admin-secret", 0);
+        for i in 0..=MAX_ACCOUNT_BUCKETS {
+            w.add_account(
+                &format!("acct-{i}"),
+                None,
+                AccountType::User,
+                &format!("key-{i}"),
+                "s",
+                None,
+                None,
+            )
+            .unwrap();
+        }
+        let sim = Simulator::new(w);
+        let mut st = sim.lock();
+        assert_eq!(st.caller_of(&params(&[])), NO_KEY);
+        assert_eq!(st.caller_of(&params(&[("apiKey", "nope")])), UNKNOWN_KEY);
+        assert_eq!(st.caller_of(&params(&[("APIKEY", "admin-key")])), "admin");
+        // Fill the map to its bound; the next new account shares one bucket, known ones
+        // keep theirs.
+        for i in 0..MAX_ACCOUNT_BUCKETS {
+            let who = st.caller_of(&params(&[("apikey", &format!("key-{i}"))]));
+            assert_eq!(who, format!("acct-{i}"));
+            st.record_call(&who, "listZones", "200");
+        }
+        let last = format!("key-{MAX_ACCOUNT_BUCKETS}");
+        assert_eq!(st.caller_of(&params(&[("apikey", &last)])), OTHER_ACCOUNTS);
+        assert_eq!(st.caller_of(&params(&[("apikey", "key-0")])), "acct-0");
+        assert_eq!(st.calls.by_account.len(), MAX_ACCOUNT_BUCKETS);
+        // Async jobs: only answered (200) calls of async commands.
+        st.record_call("acct-0", "deployVirtualMachine", "200");
+        st.record_call("acct-0", "deployVirtualMachine", "200-malformed");
+        st.record_call("acct-0", "deployVirtualMachine", "530");
+        st.record_call("acct-0", "deployVirtualMachine", "503");
+        st.record_call("acct-0", "listVirtualMachines", "200");
+        let a = &st.calls.by_account["acct-0"];
+        assert_eq!(a.async_jobs, 2);
+        assert_eq!(a.calls, 6);
+        assert_eq!(a.by_command["deployVirtualMachine"], 4);
+        drop(st);
+        let text = sim.calls().to_string();
+        assert!(!text.contains("key-"), "{text}");
     }
 }

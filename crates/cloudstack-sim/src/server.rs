@@ -298,8 +298,11 @@ async fn api_handler(
     let params = collect_params(query.as_deref(), is_form.then_some(&body[..]));
     let command = params.get("command").cloned().unwrap_or_default();
 
-    let (latency, injection, skew_ms) = {
+    let (latency, injection, skew_ms, caller) = {
         let mut st = app.sim.lock();
+        // Whose request this is, by account name (`/sim/calls` `by_account`), resolved once
+        // on arrival: every answer below counts for it, injected ones included.
+        let caller = st.caller_of(&params);
         if let Some((_, sig)) = params
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case("signature"))
@@ -322,7 +325,7 @@ async fn api_handler(
         } else {
             Injection::None
         };
-        (f.latency_ms, inj, f.clock_skew_ms)
+        (f.latency_ms, inj, f.clock_skew_ms, caller)
     };
     let server_now_ms = real_now_ms().saturating_add(skew_ms);
     if latency > 0 {
@@ -334,15 +337,15 @@ async fn api_handler(
     }
     match injection {
         Injection::Outage => {
-            app.sim.lock().record_call(&command, "503");
+            app.sim.lock().record_call(&caller, &command, "503");
             return text_response(503, "text/html", OUTAGE_503.to_string());
         }
         Injection::Html => {
-            app.sim.lock().record_call(&command, "502");
+            app.sim.lock().record_call(&caller, &command, "502");
             return text_response(502, "text/html", PROXY_502.to_string());
         }
         Injection::Hang => {
-            app.sim.lock().record_call(&command, "hang");
+            app.sim.lock().record_call(&caller, &command, "hang");
             let mut stop = app.stop.clone();
             let _ = stop.wait_for(|s| *s).await;
             return text_response(504, "text/html", String::new());
@@ -394,9 +397,9 @@ async fn api_handler(
         } else {
             reply.status.to_string()
         };
-        st.record_call(&reply.command, &label);
+        st.record_call(&caller, &reply.command, &label);
         let rows = st.world.stats_rows_read - rows_before;
-        st.record_stats_rows(&reply.command, rows);
+        st.record_stats_rows(&caller, &reply.command, rows);
         (reply, truncate)
     };
     tracing::debug!(command = %reply.command, status = reply.status, "api call");
