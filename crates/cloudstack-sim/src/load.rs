@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 /// Where the e2e writes the file, relative to the workspace root.
 pub const LOAD_FILE: &str = "target/e2e/cloudstack-load.json";
@@ -23,7 +23,13 @@ pub struct Counts {
     pub calls: f64,
     pub stats_rows: f64,
     pub async_jobs: f64,
+    /// `null` reads as empty: the e2e (Go) writes a key without calls in a window that way.
+    #[serde(deserialize_with = "null_as_empty")]
     pub by_command: BTreeMap<String, f64>,
+}
+
+fn null_as_empty<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, f64>, D::Error> {
+    Ok(Option::<BTreeMap<String, f64>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// One window of the run: real and product (scaled) seconds, and the Machine-hours it held in
@@ -430,6 +436,20 @@ mod tests {
         assert_eq!(n.shim, 400_000.0);
         assert_eq!(n.shim_percent(), Some(20.0));
         assert_eq!(n.shim_and_probe_percent(), Some(20.0));
+    }
+
+    #[test]
+    fn a_key_without_calls_may_have_a_null_by_command() {
+        // What Go's encoding/json writes for a nil map (the probe's key in steady state).
+        let text = SAMPLE.replace(
+            r#""steady": {"calls": 0, "stats_rows": 0, "async_jobs": 0, "by_command": {}}"#,
+            r#""steady": {"calls": 0, "stats_rows": 0, "async_jobs": 0, "by_command": null}"#,
+        );
+        assert!(text.contains("null"));
+        let f = LoadFile::parse(&text).unwrap();
+        let c = f.counts(Key::ShimProbe, Phase::Steady).unwrap();
+        assert!(c.by_command.is_empty());
+        assert_eq!(f.rates(Key::ShimProbe, Phase::Steady), Rates::default());
     }
 
     #[test]
