@@ -120,8 +120,10 @@ venv:
 ## make bench: benchmarks (measurements, never tests); micro-benchmarks → target/bench/cloudstack.json,
 ## then scale and speed against per-Machine polling and the MHC timer (simulated time, about a minute)
 ## → target/bench/report.json and report.md (which include the micro-benchmarks)
-bench:
+bench: build apiserver-build e2e-build
 	$(CARGO) bench --bench cloudstack
+	@# section 1 (CloudStack load against CAPC) reads the calls counted per key in the e2e
+	$(MAKE) e2e-load
 	$(CARGO) bench --bench scale
 	$(MAKE) apiserver-runner
 	$(CARGO) bench --bench controller
@@ -136,6 +138,12 @@ bench:
 ## TCP proxy, cloudstack-sim throttling (429) and slow, and 5 VMs Stopped/Error mid-way; RSS series, wrong or
 ## missed False verdicts → target/bench/soak.json, section 6 of report.md; exits 1 on a wrong or missed verdict.
 ## CAPC_SOAK_CYCLES / CAPC_SOAK_MACHINES shorten it.
+## make bench-load: the scale report's CloudStack load sections alone (~1 min) → target/bench/load-only/;
+## section 1 reads target/e2e/cloudstack-load.json (make e2e-load) and says so when it is missing
+.PHONY: bench-load
+bench-load:
+	CAPC_BENCH_SCALE_ONLY=load $(CARGO) bench --bench scale
+
 .PHONY: soak
 soak: apiserver-runner
 	CAPC_BENCH_CONTROLLER_PART=soak $(CARGO) bench --bench controller
