@@ -32,10 +32,12 @@ fn host_triple() -> String {
 /// platform's crates (Windows console crates and the like), which a fresh machine never fetched.
 fn metadata() -> Value {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let host = host_triple();
+    let offline_for_this_host = ["--offline", "--filter-platform", host.as_str()];
     let out = Command::new(cargo)
         .current_dir(root())
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
-        .args(["--filter-platform", &host_triple()])
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .args(offline_for_this_host)
         .output()
         .expect("run cargo metadata");
     assert!(
