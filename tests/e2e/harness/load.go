@@ -102,6 +102,9 @@ const (
 // WriteLoadFile writes target/e2e/cloudstack-load.json, what make bench reads: per key (CAPC's,
 // the shim's, the probe's) and phase, calls, stats rows and jobs, with the windows' Machine-hours.
 func WriteLoadFile(outDir, capi string, l CloudStackLoad) (string, error) {
+	if l.Steady == nil {
+		return "", fmt.Errorf("no steady-state window measured: nothing to write")
+	}
 	type phase struct {
 		Calls     uint64            `json:"calls"`
 		StatsRows uint64            `json:"stats_rows"`

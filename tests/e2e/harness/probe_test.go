@@ -66,7 +66,7 @@ func TestProbeRowsInTheReport(t *testing.T) {
 			ShimFalseMessages: []string{"s1p-md-0-abc: VM x is Running but no ARP reply for 10.10.0.5 from its virtual router r-1-VM to 3 attempts since …"},
 			Probe:             &ProbeStatus{Enabled: true, Counts: ProbeCounts{JobsStarted: 12, Replies: 8, NoReplies: 4}}},
 	}
-	if ratio, base, ok := recycleRatio(rows, rows[2]); !ok || base != 60 || ratio != 0.25 {
+	if ratio, base, ok := RecycleRatio(rows, rows[2]); !ok || base != 60 || ratio != 0.25 {
 		t.Errorf("shim-probe ratio %v over %v (%v), want 0.25 over 60", ratio, base, ok)
 	}
 	if FaultyMachines(rows[2])[0] != "s1p-md-0-abc" {

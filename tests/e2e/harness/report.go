@@ -123,7 +123,7 @@ func Markdown(rows []Row) string {
 	}
 	fmt.Fprintf(&b, "\n## Fault → recycle, shim vs baseline on the same stack\n\nAsserted for the shim rows of scenarios 1, 2, 3 and 6 (harness/causality.go): ratio ≤ %.1f and fault → recycle under %.1f × the shim run's MHC backstop; the negative control (mode shim-observe) must fail both.\n\n| CAPI | shim mode | scenario | run | shim s | baseline s | ratio |\n|---|---|---|---|---|---|---|\n", SpeedRatioMax, BackstopFractionMax)
 	for _, r := range rows {
-		if ratio, base, ok := recycleRatio(rows, r); ok {
+		if ratio, base, ok := RecycleRatio(rows, r); ok {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1f | %.1f | %.2f |\n", r.StackKey(), shimModeCell(r), r.Scenario, r.Mode, *r.SecondsFaultToRecycle, base, ratio)
 		}
 	}
@@ -152,9 +152,9 @@ func shimModeCell(r Row) string {
 	return r.ShimMode + " (" + r.ShimModeSource + ")"
 }
 
-// recycleRatio is a shim (or shim-probe) row's fault→recycle time over its stack's baseline
+// RecycleRatio is a shim (or shim-probe) row's fault→recycle time over its stack's baseline
 // (default MHC) row.
-func recycleRatio(rows []Row, r Row) (ratio, base float64, ok bool) {
+func RecycleRatio(rows []Row, r Row) (ratio, base float64, ok bool) {
 	if !r.Mode.WithShim() || r.SecondsFaultToRecycle == nil {
 		return 0, 0, false
 	}
@@ -211,7 +211,7 @@ func Matrix(rows []Row) string {
 				continue
 			}
 			ratio := "—"
-			if v, _, ok := recycleRatio(rows, r); ok {
+			if v, _, ok := RecycleRatio(rows, r); ok {
 				ratio = fmt.Sprintf("%.2f", v)
 			}
 			conv := "converged"
@@ -256,14 +256,14 @@ func ProbeSection(rows []Row) string {
 			fmt.Fprintf(&b, "| CAPI | scenario | converged | probe s fault→recycle | probe ratio | shim s | shim ratio | jobs | replies | no replies | no evidence | refused | faulty Machine's False evidence |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		}
 		ratio := "—"
-		if v, _, ok := recycleRatio(rows, r); ok {
+		if v, _, ok := RecycleRatio(rows, r); ok {
 			ratio = fmt.Sprintf("%.2f", v)
 		}
 		shimS, shimRatio := "—", "—"
 		for _, o := range rows {
 			if o.Mode == ModeShim && o.StackKey() == r.StackKey() && o.Scenario == r.Scenario && o.MHC == r.MHC {
 				shimS = f1(o.SecondsFaultToRecycle)
-				if v, _, ok := recycleRatio(rows, o); ok {
+				if v, _, ok := RecycleRatio(rows, o); ok {
 					shimRatio = fmt.Sprintf("%.2f", v)
 				}
 			}

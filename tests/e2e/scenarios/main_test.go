@@ -176,20 +176,13 @@ func requireFaster(t *testing.T, name string, r, baseline harness.Row) {
 	for _, f := range speedFailures(r, baseline) {
 		t.Errorf("%s: too slow: %s", name, f)
 	}
-	if ratio, ok := recycleRatio(r, baseline); ok {
+	if ratio, _, ok := harness.RecycleRatio([]harness.Row{baseline}, r); ok {
 		t.Logf("%s: fault → recycle %.1fs vs baseline %.1fs: ratio %.2f (asserted ≤ %.1f), backstop %.0fs", name, *r.SecondsFaultToRecycle, *baseline.SecondsFaultToRecycle, ratio, harness.SpeedRatioMax, r.BackstopSeconds)
 	}
 }
 
 func speedFailures(r, baseline harness.Row) []string {
 	return harness.SpeedFailures(r.SecondsFaultToRecycle, baseline.SecondsFaultToRecycle, time.Duration(r.BackstopSeconds*float64(time.Second)))
-}
-
-func recycleRatio(r, baseline harness.Row) (float64, bool) {
-	if r.SecondsFaultToRecycle == nil || baseline.SecondsFaultToRecycle == nil || *baseline.SecondsFaultToRecycle <= 0 {
-		return 0, false
-	}
-	return *r.SecondsFaultToRecycle / *baseline.SecondsFaultToRecycle, true
 }
 
 // requireMHCActedOnCondition: in condition mode the faulty Machine was recycled because the MHC
