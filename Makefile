@@ -18,7 +18,7 @@ export GO_BUILD_FLAGS
 ## made (and refreshed when the requirements change) by hack/venv.sh.
 VENV := target/venv
 
-.PHONY: all build demo demo-sim test test-rust test-conformance venv test-e2e e2e-negative-control e2e-load e2e e2e-build e2e-build-114 bench timings lint fmt clean \
+.PHONY: all build demo demo-sim test test-build test-rust test-rust-build test-rust-run test-e2e-run test-conformance-run test-conformance venv test-e2e e2e-negative-control e2e-load e2e e2e-build e2e-build-114 bench timings lint fmt clean \
 	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image fuzz \
 	release-manifests test-release
 
@@ -47,7 +47,16 @@ demo-sim: build
 ## make test: every test — Rust unit/integration/property tests, the `cs` (PyPI) conformance test, and
 ## the end-to-end scenarios 1, 3 and 7 with their baselines and 8 (deletion races) (real CAPI + CAPC, see tests/e2e/README.md),
 ## the negative control (make e2e-negative-control) and the CloudStack load count (TestCloudStackLoad).
-test: test-release test-rust test-conformance test-e2e
+## Everything is built first; then two lanes run side by side (hack/lanes.sh), each with API servers
+## of its own: the Rust tests, and the conformance + e2e tests. Both mostly wait on (scaled) timers,
+## so together they take about as long as the longer one; each lane's output is prefixed with its
+## name and kept in target/test-logs/. `make test-rust` / `make test-e2e` run one lane alone.
+test: test-release test-build
+	hack/lanes.sh rust '$(MAKE) --no-print-directory test-rust-run' \
+		e2e '$(MAKE) --no-print-directory test-conformance-run test-e2e-run'
+
+## everything the two lanes run, built before they start (so no lane waits on the other's build)
+test-build: build apiserver-build e2e-build venv test-rust-build
 
 ## The e2e harness is a Go module of its own (tests/e2e); Go fetches its modules from the proxy.
 E2E_GO := cd tests/e2e && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
@@ -72,16 +81,20 @@ e2e-build-114:
 E2E_CI_SCENARIOS_113 ?= TestManagement|TestScenario1WorkerNICDown|TestScenario8DeletionRaces
 
 test-e2e: build apiserver-build e2e-build
+	$(MAKE) --no-print-directory test-e2e-run
+
+test-e2e-run:
 	$(E2E_GO) test -count=1 -timeout 60m ./harness/ ./simapi/
 	$(E2E_GO) test -count=1 -timeout 60m -v -run '$(E2E_CI_SCENARIOS)' ./scenarios/
-	$(MAKE) e2e-negative-control
+	$(E2E_NEGATIVE_CONTROL)
 	$(E2E_GO_113) test -count=1 -timeout 30m -v -run '$(E2E_CI_SCENARIOS_113)' ./scenarios/
 
 ## the negative control (issue 27): scenarios 1 and 3 with the shim unable to act (--mode observe)
 ## on CAPI v1.9; passes only if the causality and speed assertions then fail for its rows (its rows
 ## are added to target/e2e/report.json, mode shim-observe)
+E2E_NEGATIVE_CONTROL = cd tests/e2e && CAPC_E2E_NEGATIVE_CONTROL=1 CAPC_E2E_KEEP_ROWS=1 GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO) test -count=1 -timeout 30m -v -run 'TestNegativeControl' ./scenarios/
 e2e-negative-control: build apiserver-build e2e-build
-	cd tests/e2e && CAPC_E2E_NEGATIVE_CONTROL=1 CAPC_E2E_KEEP_ROWS=1 GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO) test -count=1 -timeout 30m -v -run 'TestNegativeControl' ./scenarios/
+	$(E2E_NEGATIVE_CONTROL)
 
 ## the CloudStack load per key (CAPC, shim, probe) of one healthy cluster alone on the simulator →
 ## target/e2e/cloudstack-load.json (make test runs it with the v1.9 scenarios; make bench reads it)
@@ -100,8 +113,13 @@ e2e: build apiserver-runner e2e-build e2e-build-114
 ## Tests that need the API server are #[ignore = "needs a kube-apiserver …"], so a plain `cargo test`
 ## lists them as ignored; here they run (--include-ignored), except the measurements of `make timings`.
 KUBE_TESTS := -- --include-ignored --skip measure_
-test-rust: apiserver-build
+test-rust: test-rust-build
+	$(MAKE) --no-print-directory test-rust-run
+
+test-rust-build: apiserver-build
 	$(PROGRESS) "the Rust tests (cargo test --no-run)" $(CARGO) test --workspace --no-run
+
+test-rust-run:
 	@# controller_v1beta2_only's one test needs the capi-1.13-v1beta2-only profile (it fails elsewhere): run in the last pass
 	hack/with-apiserver.sh capi-1.9 $(CARGO) test --workspace $(KUBE_TESTS) --skip condition_mode_without_one_v1beta1_request
 	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_probe --test controller_orphans --test controller_rbac --test controller_rows --test controller_faults --test controller_tenants --test fault_matrix --test run_binary --test deploy_manifests --test release_manifests $(KUBE_TESTS)
@@ -110,6 +128,9 @@ test-rust: apiserver-build
 	hack/with-apiserver.sh capi-1.13-v1beta2-only $(CARGO) test --test controller_v1beta2_only --test controller_kube --test controller_rbac --test run_binary $(KUBE_TESTS)
 
 test-conformance: build venv
+	$(MAKE) --no-print-directory test-conformance-run
+
+test-conformance-run:
 	$(VENV)/bin/python -m pytest -q tests/conformance
 
 ## the virtual environment of the conformance test: created on first use, packages re-installed
