@@ -13,7 +13,7 @@ use capc_health_shim::controller::kube_io::{self, Resources};
 use capc_health_shim::k8s::capi::{choose, ApiChoice, Mode};
 use cloudstack_sim::{self as sim, SimServer, Simulator};
 use futures::stream::{self, StreamExt, TryStreamExt};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use serde_json::{json, Value};
@@ -27,6 +27,37 @@ pub const CONDITION: &str = "CloudStackVMHealthy";
 pub const CLUSTERS: usize = 10;
 /// Objects created concurrently during set-up.
 const CREATE_CONCURRENCY: usize = 24;
+
+/// Which fleet a size is measured with (issue 28): almost every Machine of a running
+/// management cluster has its Node (`status.nodeRef`), and the shim then only lists its VM;
+/// a fleet being created has none, and every VM is also asked for its traffic statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FleetKind {
+    /// Every Machine has its Node: the common case.
+    #[default]
+    Steady,
+    /// No Machine has a Node yet: mass provisioning, the worst case.
+    Provisioning,
+}
+
+impl FleetKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Steady => "steady",
+            Self::Provisioning => "provisioning",
+        }
+    }
+
+    /// The reason every Machine of this fleet ends at: with a Node the VM only has to run
+    /// (`VMRunning`: the Node's health is MHC's); without one the traffic must show a live
+    /// guest (`VMHealthy`, after a few stats samples).
+    pub fn healthy_reason(self) -> &'static str {
+        match self {
+            Self::Steady => "VMRunning",
+            Self::Provisioning => "VMHealthy",
+        }
+    }
+}
 
 pub fn machine_name(i: usize) -> String {
     format!("m-{i:05}")
@@ -113,7 +144,7 @@ impl Kube {
     /// Namespace, endpoint Secret, per cluster the Cluster, failure domain and MHC, then the
     /// Machines + CloudStackMachines (Machine `i` → VM `ids[i]`), [`CREATE_CONCURRENCY`] in
     /// flight.
-    pub async fn populate(&self, api_url: &str, ids: &[String]) -> Result<()> {
+    pub async fn populate(&self, api_url: &str, ids: &[String], kind: FleetKind) -> Result<()> {
         let ar = |g: &str, v: &str, k: &str, p: &str| {
             ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), p)
         };
@@ -150,15 +181,16 @@ impl Kube {
             self.create(&r.mhc, mhc).await?;
         }
         stream::iter(ids.iter().enumerate())
-            .map(|(i, id)| self.machine(i, id))
+            .map(|(i, id)| self.machine(i, id, kind))
             .buffer_unordered(CREATE_CONCURRENCY)
             .try_collect::<Vec<()>>()
             .await?;
         Ok(())
     }
 
-    /// Machine `m-<i>` owned by a MachineSet, its CloudStackMachine with instance `id`.
-    async fn machine(&self, i: usize, id: &str) -> Result<()> {
+    /// Machine `m-<i>` owned by a MachineSet, its CloudStackMachine with instance `id`; in the
+    /// steady fleet the Machine's status names its Node (as CAPI's Machine controller writes it).
+    async fn machine(&self, i: usize, id: &str, kind: FleetKind) -> Result<()> {
         let name = machine_name(i);
         let cluster = cluster_name(i);
         let r = &self.resources;
@@ -176,6 +208,16 @@ impl Kube {
                     "uid": "6a2b7a5e-1a62-4d2f-9d84-0d8c7a1f0b11", "controller": true}]},
             "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": "bootstrap"}, "infrastructureRef": infra_ref}
         })).await?;
+        if kind == FleetKind::Steady {
+            // v1beta1's nodeRef is an ObjectReference, v1beta2's names the Node only: the API
+            // server prunes the fields its version does not have.
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), NAMESPACE, &r.machine);
+            let status = json!({"status": {"nodeRef": {"apiVersion": "v1", "kind": "Node", "name": name}}});
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .with_context(|| format!("status.nodeRef of {name}"))?;
+        }
         self.create(csm, json!({
             "apiVersion": csm.api_version, "kind": "CloudStackMachine",
             "metadata": {"name": format!("{name}-csm"), "namespace": NAMESPACE, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},

@@ -2,8 +2,12 @@
 //! kube-apiserver, and `make soak` (issue 6 "Load"): an hour of simulated time at 10 000
 //! Machines behind a slow API server and a throttling CloudStack.
 //!
-//! Cost (default, `CAPC_BENCH_CONTROLLER_PART=cost`): for each fleet size (1 000, 5 000,
-//! 10 000 Machines; `CAPC_BENCH_CONTROLLER_SIZES=1000,5000` to change) a fresh etcd +
+//! Cost (default, `CAPC_BENCH_CONTROLLER_PART=cost`): two fleets (issue 28). **Steady**: every
+//! Machine has its Node (`status.nodeRef`), the common case, at 1 000, 5 000, 10 000 and 30 000
+//! Machines (`CAPC_BENCH_CONTROLLER_SIZES=1000,5000` to change); **provisioning**: no Machine has
+//! a Node, so every VM also takes the statistics path, the worst case, at 10 000
+//! (`CAPC_BENCH_PROVISIONING_SIZES`). report.json keeps the old keys for the steady fleet and
+//! ends the provisioning fleet's in `_provisioning`. Each run: a fresh etcd +
 //! kube-apiserver (`target/hack/apiserver-run`, CAPI 1.9 CRDs, in `target/apiserver-bench`)
 //! holding the Machines + CloudStackMachines (+ Clusters, failure domains, MHCs, the endpoint
 //! Secret), an in-process `cloudstack-sim` holding the VMs, and the release
@@ -40,10 +44,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use fleet::{machine_name, Kube, NAMESPACE};
+use fleet::{machine_name, FleetKind, Kube, NAMESPACE};
 use procs::{ApiServer, Shim};
 
-const DEFAULT_SIZES: [usize; 3] = [1_000, 5_000, 10_000];
+/// Sizes of the steady fleet (`CAPC_BENCH_CONTROLLER_SIZES`) and of the provisioning fleet
+/// (`CAPC_BENCH_PROVISIONING_SIZES`); an empty variable measures none of that fleet.
+const DEFAULT_SIZES: [usize; 4] = [1_000, 5_000, 10_000, 30_000];
+const PROVISIONING_SIZES: [usize; 1] = [10_000];
 /// Poll interval of the cost part (and the simulator's stats interval).
 const COST_POLL_SECS: u64 = 5;
 /// Cycles after settling before the steady window, and the window.
@@ -139,12 +146,18 @@ struct Setup {
     api: ApiServer,
 }
 
-async fn setup(n: usize, dir: &str, stats_interval: u64, account_type: &str) -> Result<Setup> {
+async fn setup(
+    n: usize,
+    dir: &str,
+    stats_interval: u64,
+    account_type: &str,
+    kind: FleetKind,
+) -> Result<Setup> {
     let t = Instant::now();
     let api = ApiServer::start(dir).await?;
     let kube = Kube::connect(&api.kubeconfig).await?;
     let (_sim, sim_server, ids) = fleet::simulator(n, stats_interval, account_type).await?;
-    kube.populate(&sim_server.api_url(), &ids).await?;
+    kube.populate(&sim_server.api_url(), &ids, kind).await?;
     let (verdicts, watch) = fleet::watch_verdicts(&kube);
     Ok(Setup {
         kube,
@@ -215,6 +228,7 @@ async fn wait_cycles(
 #[derive(Debug, Clone, Default)]
 struct CostRow {
     machines: usize,
+    fleet: FleetKind,
     /// "this" (the build under test), "no-orphans" (the same build with
     /// `--no-orphan-report`) or "baseline" (`CAPC_BENCH_BASELINE_SHIM`).
     build: &'static str,
@@ -248,13 +262,14 @@ struct CostRow {
 
 async fn measure_cost(
     n: usize,
+    fleet: FleetKind,
     build: &'static str,
     shim_binary: &Path,
     extra: &[&str],
 ) -> Result<CostRow> {
     let http = http();
     let load_start = loadavg();
-    let s = setup(n, "target/apiserver-bench", COST_POLL_SECS, "Admin").await?;
+    let s = setup(n, "target/apiserver-bench", COST_POLL_SECS, "Admin", fleet).await?;
     eprintln!(
         "  {n}: set-up (API server + {n} Machines + CloudStackMachines) {:.1} s",
         s.setup_seconds
@@ -273,7 +288,10 @@ async fn measure_cost(
     .chain(extra)
     .map(|a| a.to_string())
     .collect();
-    let log = Path::new(report::DIR).join(format!("controller-shim-{n}-{build}.log"));
+    let log = Path::new(report::DIR).join(format!(
+        "controller-shim-{n}-{}-{build}.log",
+        fleet.name()
+    ));
     std::fs::create_dir_all(report::DIR)?;
     let t0 = Instant::now();
     let mut shim = Shim::spawn(shim_binary, &s.api.kubeconfig, &args, &log)?;
@@ -290,14 +308,16 @@ async fn measure_cost(
 
     // A poll at 10 000 Machines takes ~25 s at the default 5 requests/s.
     let limit = Duration::from_secs(900);
-    // Final: every Machine True/VMHealthy (the evidence needs a few stats samples).
+    // Final: every Machine True/VMHealthy (the evidence needs a few stats samples), or
+    // True/VMRunning in the steady fleet (the Machines have their Nodes).
+    let healthy = fleet.healthy_reason();
     let healthy_seconds = loop {
-        if s.verdicts.lock().unwrap().with_reason("VMHealthy") >= n {
+        if s.verdicts.lock().unwrap().with_reason(healthy) >= n {
             break t0.elapsed().as_secs_f64();
         }
         shim.check_running()?;
         if t0.elapsed() > Duration::from_secs(900) {
-            bail!("not every Machine is VMHealthy after 900 s");
+            bail!("not every Machine is {healthy} after 900 s");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
@@ -305,7 +325,7 @@ async fn measure_cost(
     let c_settle = c_healthy.max(c_settle);
     let writes_settle = procs::apiserver_writes(&http, &s.api).await?;
     let writes_cold_start = procs::non_lease_writes(&procs::delta(&writes0, &writes_settle));
-    eprintln!("  {n}: all VMHealthy after {healthy_seconds:.1} s (cycle {c_healthy})");
+    eprintln!("  {n}: all {healthy} after {healthy_seconds:.1} s (cycle {c_healthy})");
     // Quiet: until one whole cycle passes without a write (verdicts final), at most
     // MAX_WARM_CYCLES; then the steady window.
     let (mut c0, mut w0) = (c_settle, writes_settle.clone());
@@ -388,6 +408,7 @@ async fn measure_cost(
     let row = CostRow {
         build,
         machines: n,
+        fleet,
         setup_seconds: s.setup_seconds,
         settle_seconds,
         healthy_seconds,
@@ -428,6 +449,15 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
+/// The steady fleet keeps the keys of the reports from before fleets existed; the
+/// provisioning fleet's end in `_provisioning`.
+fn key_suffix(fleet: FleetKind) -> &'static str {
+    match fleet {
+        FleetKind::Steady => "",
+        FleetKind::Provisioning => "_provisioning",
+    }
+}
+
 fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f64>, String) {
     let mut v = BTreeMap::new();
     let mut md = format!(
@@ -448,8 +478,8 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
          without leader election here; those are the API server's own leases); peak RSS = `VmHWM`; \
          `/status` = {STATUS_GETS} sequential GETs of the full document. Wall clock, 2 shared cores: the \
          load average (1/5/15 min, start → end) is in the last column. {source}.\n\n\
-         | Machines | build | CPU s/cycle | peak RSS MiB | RSS MiB steady | settle s | all VMHealthy s | quiet s | CPU s to settle | writes until all VMHealthy | writes/cycle steady | /status p50 ms | /status p99 ms | /status KiB | CloudStack calls/cycle | poll s (mean) | kube-apiserver CPU s/cycle | set-up s | verdicts | load avg |\n\
-         |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+         | Machines | fleet | build | CPU s/cycle | peak RSS MiB | RSS MiB steady | settle s | all VMHealthy s | quiet s | CPU s to settle | writes until all VMHealthy | writes/cycle steady | /status p50 ms | /status p99 ms | /status KiB | CloudStack calls/cycle | poll s (mean) | kube-apiserver CPU s/cycle | set-up s | verdicts | load avg |\n\
+         |---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
         fleet::CLUSTERS
     );
     for r in rows {
@@ -457,7 +487,8 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
             "this" => String::new(),
             other => format!("{}_", other.replace('-', "_")),
         };
-        let k = |name: &str| format!("{prefix}{name}_{}_machines", r.machines);
+        let suffix = key_suffix(r.fleet);
+        let k = |name: &str| format!("{prefix}{name}_{}_machines{suffix}", r.machines);
         v.insert(k("cpu_seconds_per_cycle"), r.cpu_seconds_per_cycle);
         v.insert(k("rss_mib"), r.rss_peak_mib);
         v.insert(k("rss_mib_steady"), r.rss_steady_mib);
@@ -480,8 +511,9 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
         v.insert(k("setup_seconds"), r.setup_seconds);
         let _ = writeln!(
             md,
-            "| {} | {} | {:.3} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {:.2} | {:.1} | {:.1} | {:.0} | {:.0} | {:.2} | {:.3} | {:.0} | {} | {} |",
+            "| {} | {} | {} | {:.3} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {:.2} | {:.1} | {:.1} | {:.0} | {:.0} | {:.2} | {:.3} | {:.0} | {} | {} |",
             r.machines,
+            r.fleet.name(),
             r.build,
             r.cpu_seconds_per_cycle,
             r.rss_peak_mib,
@@ -509,18 +541,24 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
         .filter_map(|r| {
             let b = rows
                 .iter()
-                .find(|b| b.build == "baseline" && b.machines == r.machines)?;
+                .find(|b| b.build == "baseline" && b.machines == r.machines && b.fleet == r.fleet)?;
             Some((r, b))
         })
         .collect();
     if !baselines.is_empty() {
         md.push_str(
             "\nThis build against the baseline binary, same run (this ÷ baseline; < 1 is better):\n\n\
-             | Machines | CPU s/cycle | peak RSS | steady RSS | settle | writes until all VMHealthy |\n\
-             |---:|---:|---:|---:|---:|---:|\n",
+             | Machines | fleet | CPU s/cycle | peak RSS | steady RSS | settle | writes until all healthy |\n\
+             |---:|---|---:|---:|---:|---:|---:|\n",
         );
         for (r, b) in baselines {
-            let key = |name: &str| format!("{name}_ratio_this_vs_baseline_{}_machines", r.machines);
+            let key = |name: &str| {
+                format!(
+                    "{name}_ratio_this_vs_baseline_{}_machines{}",
+                    r.machines,
+                    key_suffix(r.fleet)
+                )
+            };
             let cpu = ratio(r.cpu_seconds_per_cycle, b.cpu_seconds_per_cycle);
             let rss = ratio(r.rss_peak_mib, b.rss_peak_mib);
             let steady = ratio(r.rss_steady_mib, b.rss_steady_mib);
@@ -533,8 +571,9 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
             v.insert(key("apiserver_writes_cold_start"), writes);
             let _ = writeln!(
                 md,
-                "| {} | {cpu:.2} | {rss:.2} | {steady:.2} | {settle:.2} | {writes:.2} |",
-                r.machines
+                "| {} | {} | {cpu:.2} | {rss:.2} | {steady:.2} | {settle:.2} | {writes:.2} |",
+                r.machines,
+                r.fleet.name()
             );
         }
     }
@@ -544,7 +583,7 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
         .filter_map(|r| {
             let b = rows
                 .iter()
-                .find(|b| b.build == "no-orphans" && b.machines == r.machines)?;
+                .find(|b| b.build == "no-orphans" && b.machines == r.machines && b.fleet == r.fleet)?;
             Some((r, b))
         })
         .collect();
@@ -558,8 +597,9 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
         for (r, b) in without_orphans {
             let key = |name: &str| {
                 format!(
-                    "{name}_ratio_with_vs_without_orphans_{}_machines",
-                    r.machines
+                    "{name}_ratio_with_vs_without_orphans_{}_machines{}",
+                    r.machines,
+                    key_suffix(r.fleet)
                 )
             };
             let cpu = ratio(r.cpu_seconds_per_cycle, b.cpu_seconds_per_cycle);
@@ -581,33 +621,66 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
             );
         }
     }
-    if let Some(base) = rows
-        .iter()
-        .find(|r| r.machines == 1_000 && r.build == "this")
-    {
-        md.push_str(
-            "\nGrowth against 1 000 Machines (linear = the Machine ratio):\n\n\
-             | Machines | ÷ 1 000 | CPU s/cycle | peak RSS | settle | /status p50 | /status p99 |\n\
-             |---:|---:|---:|---:|---:|---:|---:|\n",
+    for fleet in [FleetKind::Steady, FleetKind::Provisioning] {
+        let this = |r: &&CostRow| r.build == "this" && r.fleet == fleet;
+        let Some(base) = rows.iter().filter(this).find(|r| r.machines == 1_000) else {
+            continue;
+        };
+        let _ = write!(
+            md,
+            "\nGrowth against 1 000 Machines, {} fleet (linear = the Machine ratio; flat cost per \
+             Machine = the same CPU per 1 000 Machines and the same RSS per Machine above the \
+             1 000 row):\n\n\
+             | Machines | ÷ 1 000 | CPU s/cycle | peak RSS | settle | /status p50 | /status p99 | CPU ms/cycle per 1 000 Machines | peak RSS KiB per Machine above 1 000 |\n\
+             |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+            fleet.name()
         );
-        for r in rows
-            .iter()
-            .filter(|r| r.machines != 1_000 && r.build == "this")
-        {
-            let key = |name: &str| format!("{name}_ratio_{}_vs_1000_machines", r.machines);
+        let per_thousand = |r: &CostRow| r.cpu_seconds_per_cycle * 1e6 / r.machines as f64;
+        let _ = writeln!(
+            md,
+            "| 1000 | 1 | 1 | 1 | 1 | 1 | 1 | {:.1} | – |",
+            per_thousand(base)
+        );
+        for r in rows.iter().filter(this).filter(|r| r.machines != 1_000) {
+            let key = |name: &str| {
+                format!(
+                    "{name}_ratio_{}_vs_1000_machines{}",
+                    r.machines,
+                    key_suffix(fleet)
+                )
+            };
             let cpu = ratio(r.cpu_seconds_per_cycle, base.cpu_seconds_per_cycle);
             let rss = ratio(r.rss_peak_mib, base.rss_peak_mib);
             let settle = ratio(r.settle_seconds, base.settle_seconds);
             let p50 = ratio(r.status_p50_ms, base.status_p50_ms);
             let p99 = ratio(r.status_p99_ms, base.status_p99_ms);
+            let cpu_per_k = per_thousand(r);
+            let rss_per_machine = (r.rss_peak_mib - base.rss_peak_mib) * 1024.0
+                / (r.machines as f64 - base.machines as f64);
             v.insert(key("cpu_seconds_per_cycle"), cpu);
             v.insert(key("rss_mib"), rss);
             v.insert(key("settle_seconds"), settle);
             v.insert(key("status_latency_p50_ms"), p50);
             v.insert(key("status_latency_p99_ms"), p99);
+            v.insert(
+                format!(
+                    "cpu_ms_per_cycle_per_1000_machines_{}_machines{}",
+                    r.machines,
+                    key_suffix(fleet)
+                ),
+                cpu_per_k,
+            );
+            v.insert(
+                format!(
+                    "rss_kib_per_machine_above_1000_{}_machines{}",
+                    r.machines,
+                    key_suffix(fleet)
+                ),
+                rss_per_machine,
+            );
             let _ = writeln!(
                 md,
-                "| {} | {:.0} | {cpu:.2} | {rss:.2} | {settle:.2} | {p50:.2} | {p99:.2} |",
+                "| {} | {:.0} | {cpu:.2} | {rss:.2} | {settle:.2} | {p50:.2} | {p99:.2} | {cpu_per_k:.1} | {rss_per_machine:.2} |",
                 r.machines,
                 r.machines as f64 / 1000.0
             );
@@ -622,9 +695,10 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
             .collect();
         let _ = writeln!(
             md,
-            "- {} Machines ({}), {:.0} cycles: {}; condition changes seen by the watch: {:.0}; CloudStack calls per cycle: {}",
+            "- {} Machines ({}, {} fleet), {:.0} cycles: {}; condition changes seen by the watch: {:.0}; CloudStack calls per cycle: {}",
             r.machines,
             r.build,
+            r.fleet.name(),
             r.steady_cycles,
             if w.is_empty() {
                 "none".to_string()
@@ -639,9 +713,10 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
     for r in rows {
         let _ = writeln!(
             md,
-            "- {} Machines ({}): {}",
+            "- {} Machines ({}, {} fleet): {}",
             r.machines,
             r.build,
+            r.fleet.name(),
             r.trace.join("; ")
         );
     }
@@ -652,10 +727,16 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
 async fn run_cost() -> Result<()> {
     let started = Instant::now();
     let source = source_state();
-    let sizes: Vec<usize> = std::env::var("CAPC_BENCH_CONTROLLER_SIZES")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| DEFAULT_SIZES.to_vec());
+    let sizes_from = |var: &str, default: &[usize]| -> Vec<usize> {
+        std::env::var(var)
+            .ok()
+            .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            .unwrap_or_else(|| default.to_vec())
+    };
+    // The steady fleet (every Machine has its Node) at every size, up to 30 000 to show the
+    // cost per Machine flat; the provisioning fleet (no Node: the statistics path) at 10 000.
+    let steady_sizes = sizes_from("CAPC_BENCH_CONTROLLER_SIZES", &DEFAULT_SIZES);
+    let provisioning_sizes = sizes_from("CAPC_BENCH_PROVISIONING_SIZES", &PROVISIONING_SIZES);
     // Before/after in one run: each size is measured with this build and then, when
     // `CAPC_BENCH_BASELINE_SHIM` names an older `capc-health-shim` binary, with that one.
     let this: std::path::PathBuf = env!("CARGO_BIN_EXE_capc-health-shim").into();
@@ -663,28 +744,33 @@ async fn run_cost() -> Result<()> {
         vec![("this", this.clone(), &[])];
     // The orphan report's cost: the same build without it, at the sizes named (10 000).
     builds.push(("no-orphans", this, &["--no-orphan-report"]));
-    let orphan_sizes: Vec<usize> = std::env::var("CAPC_BENCH_ORPHAN_SIZES")
-        .ok()
-        .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![10_000]);
+    let orphan_sizes = sizes_from("CAPC_BENCH_ORPHAN_SIZES", &[10_000]);
     if let Ok(baseline) = std::env::var("CAPC_BENCH_BASELINE_SHIM") {
         if !Path::new(&baseline).is_file() {
             bail!("CAPC_BENCH_BASELINE_SHIM={baseline}: no such file");
         }
         builds.push(("baseline", baseline.into(), &[]));
     }
-    let mut rows = Vec::new();
-    for (n, (build, binary, extra)) in sizes
+    let runs = steady_sizes
         .iter()
-        .flat_map(|&n| builds.iter().map(move |b| (n, b)))
-        .filter(|(n, (build, ..))| *build != "no-orphans" || orphan_sizes.contains(n))
+        .map(|&n| (n, FleetKind::Steady))
+        .chain(
+            provisioning_sizes
+                .iter()
+                .map(|&n| (n, FleetKind::Provisioning)),
+        );
+    let mut rows = Vec::new();
+    for (n, fleet, (build, binary, extra)) in runs
+        .flat_map(|(n, fleet)| builds.iter().map(move |b| (n, fleet, b)))
+        .filter(|(n, _, (build, ..))| *build != "no-orphans" || orphan_sizes.contains(n))
     {
         let t = Instant::now();
-        match measure_cost(n, build, binary, extra).await {
+        match measure_cost(n, fleet, build, binary, extra).await {
             Ok(r) => {
                 eprintln!(
-                    "controller ({build}): {n} Machines: {:.3} CPU s/cycle, peak RSS {:.1} MiB, settle {:.1} s, \
+                    "controller ({build}, {} fleet): {n} Machines: {:.3} CPU s/cycle, peak RSS {:.1} MiB, settle {:.1} s, \
                      {:.2} writes/cycle, /status p50 {:.1} ms p99 {:.1} ms ({:.0} s)",
+                    fleet.name(),
                     r.cpu_seconds_per_cycle,
                     r.rss_peak_mib,
                     r.settle_seconds,
@@ -695,7 +781,10 @@ async fn run_cost() -> Result<()> {
                 );
                 rows.push(r);
             }
-            Err(e) => eprintln!("controller ({build}): {n} Machines skipped: {e:#}"),
+            Err(e) => eprintln!(
+                "controller ({build}, {} fleet): {n} Machines skipped: {e:#}",
+                fleet.name()
+            ),
         }
     }
     if rows.is_empty() {
@@ -722,7 +811,14 @@ async fn run_soak() -> Result<bool> {
     let http = http();
     let stats_interval = 6; // 60 s scaled by 10
                             // A User account: CloudStack (and the simulator) exempt admins from API throttling.
-    let s = setup(n, "target/apiserver-soak", stats_interval, "User").await?;
+    let s = setup(
+        n,
+        "target/apiserver-soak",
+        stats_interval,
+        "User",
+        FleetKind::Provisioning,
+    )
+    .await?;
     eprintln!("soak: set-up {n} Machines in {:.1} s", s.setup_seconds);
 
     // The slow API server: a proxy in front of it, and a kubeconfig for the shim naming it.
