@@ -1,6 +1,7 @@
 //! The controller's HTTP endpoints (product.md §7), read-only views of shared state:
 //!
-//! - `GET /status`: the [`StatusReport`] as JSON.
+//! - `GET /status`: the [`StatusReport`] as JSON, rendered once per change (`ETag`, gzip);
+//!   `?cluster=<namespace>/<name>` and `?problems=true` cut smaller views.
 //! - `GET /metrics`: [`Metrics::encode`] as OpenMetrics text.
 //! - `GET /healthz`: `ok` while the process serves (liveness).
 //! - `GET /readyz`: `ready` once discovery succeeded and the caches are synced, else 503 with
@@ -21,8 +22,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{header, StatusCode, Uri};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -30,11 +32,11 @@ use axum::{Json, Router};
 use axum_server::tls_rustls::RustlsConfig;
 use clap::Args;
 use tokio::net::TcpListener;
-use tokio::sync::RwLock;
 
 use self::auth::Authorizer;
 use self::tls::CertSource;
 use crate::metrics::{self, Metrics};
+use crate::status::board::{self, StatusBoard, StatusQuery};
 use crate::status::StatusReport;
 
 /// How `run` serves its endpoints (flags of `run`, flattened into its flag list).
@@ -91,14 +93,14 @@ impl ServingArgs {
 /// What the handlers read. The controller writes `report` after every poll cycle.
 #[derive(Clone)]
 pub struct HttpState {
-    pub report: Arc<RwLock<StatusReport>>,
+    pub report: Arc<StatusBoard>,
     pub metrics: Arc<Metrics>,
 }
 
 impl HttpState {
     pub fn new(report: StatusReport, metrics: Metrics) -> Self {
         Self {
-            report: Arc::new(RwLock::new(report)),
+            report: Arc::new(StatusBoard::new(report)),
             metrics: Arc::new(metrics),
         }
     }
@@ -178,8 +180,75 @@ pub async fn serve_tls(
     served
 }
 
-async fn status(State(state): State<HttpState>) -> Json<StatusReport> {
-    Json(state.report.read().await.clone())
+/// `GET /status[?cluster=ns/name][&problems=true]`: the whole document from the rendering
+/// made once per change (gzip when accepted), or the part asked for; `ETag` and
+/// `If-None-Match` (304) on both, so a poller that saw this cycle's document gets no body.
+async fn status(
+    State(state): State<HttpState>,
+    query: Result<Query<StatusQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let Ok(Query(q)) = query else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(serde_json::json!({
+                "error": "bad query: /status takes cluster=<namespace>/<name> and problems=true|false",
+            })),
+        )
+            .into_response();
+    };
+    let matches = |etag: &str| {
+        headers
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim() == etag || t.trim() == "*")
+    };
+    let json = [(header::CONTENT_TYPE, "application/json")];
+    if q.is_whole() {
+        let rendered = state.report.rendered().await;
+        let tagged = [
+            (header::ETAG, rendered.etag.clone()),
+            (header::VARY, "accept-encoding".to_string()),
+        ];
+        if matches(&rendered.etag) {
+            return (StatusCode::NOT_MODIFIED, tagged).into_response();
+        }
+        if accepts_gzip(&headers) {
+            let gz = [(header::CONTENT_ENCODING, "gzip")];
+            return (tagged, json, gz, rendered.gzip().clone()).into_response();
+        }
+        return (tagged, json, rendered.json.clone()).into_response();
+    }
+    let report = state.report.read().await;
+    let etag = state.report.etag_of_view(&q.tag());
+    if matches(&etag) {
+        return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+    }
+    match board::view(&report, &q) {
+        Ok(v) => ([(header::ETAG, etag)], Json(v)).into_response(),
+        Err(e) => (
+            StatusCode::NOT_FOUND,
+            Json(serde_json::json!({"error": e.to_string()})),
+        )
+            .into_response(),
+    }
+}
+
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';');
+            let name = parts.next().unwrap_or_default().trim();
+            // `gzip;q=0` refuses it.
+            let refused = parts.any(|p| matches!(p.trim(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"));
+            name.eq_ignore_ascii_case("gzip") && !refused
+        })
 }
 
 async fn metrics_text(State(state): State<HttpState>) -> Response {

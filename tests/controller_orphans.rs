@@ -6,6 +6,7 @@
 
 mod kube_support;
 
+use capc_health_shim::status::board::StatusBoard;
 use std::time::{Duration, Instant};
 
 use capc_health_shim::controller::cycle::Controller;
@@ -14,12 +15,11 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube_support::{is, kube_client, Fixture};
 use std::sync::Arc;
-use tokio::sync::RwLock;
 
 /// Cycles until `done` holds for `/status` (deadline).
 async fn cycle_until_report(
     controller: &mut Controller,
-    report: &Arc<RwLock<StatusReport>>,
+    report: &Arc<StatusBoard>,
     deadline: Duration,
     done: impl Fn(&StatusReport) -> bool,
 ) -> StatusReport {

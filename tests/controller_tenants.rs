@@ -300,7 +300,7 @@ async fn fifty_tenants_with_one_key_cost_the_calls_of_one_scope() {
 /// (by `command/outcome`, summed over scopes) over five more cycles a poll interval apart.
 async fn calls_per_cycle(
     c: &mut Controller,
-    report: &std::sync::Arc<tokio::sync::RwLock<StatusReport>>,
+    report: &std::sync::Arc<capc_health_shim::status::board::StatusBoard>,
     machines: usize,
 ) -> BTreeMap<String, f64> {
     let judged = cycle_until(c, Duration::from_secs(90), async || {

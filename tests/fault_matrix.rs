@@ -15,6 +15,7 @@
 
 mod kube_support;
 
+use capc_health_shim::status::board::StatusBoard;
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -24,13 +25,11 @@ use capc_health_shim::controller::cycle::{Controller, CycleSummary};
 use capc_health_shim::controller::kube_io::Stores;
 use capc_health_shim::k8s::watched::ConditionReader;
 use capc_health_shim::metrics::Metrics;
-use capc_health_shim::status::StatusReport;
 use cloudstack_sim::{self as sim, ApiFaults, Fault, SimServer, Simulator, Throttle};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube_support::{ar, merge_patch, Fixture, ZONE_ID};
 use serde_json::{json, Value};
 use test_support::secrets::scan;
-use tokio::sync::RwLock;
 
 const SENTINEL_KEY: &str = "SENTINEL-APIKEY-5c0ffee5-fault-matrix";
 const SENTINEL_SECRET: &str = "SENTINEL-SECRET-9d1b77a4e2f04c3b-do-not-log";
@@ -294,7 +293,7 @@ fn real_secs(obs: &[Obs]) -> f64 {
 async fn controller_with_metrics(
     f: &Fixture,
     flags: &[&str],
-) -> (Controller, Arc<RwLock<StatusReport>>, Arc<Metrics>) {
+) -> (Controller, Arc<StatusBoard>, Arc<Metrics>) {
     let mut args = vec!["--namespace", &f.ns, "--no-leader-election"];
     for (flag, value) in [
         ("--poll-interval", "1s"),
@@ -322,7 +321,7 @@ async fn controller_with_metrics(
         stores.wait_until_ready(Duration::from_secs(30)).await,
         "watches sync"
     );
-    let report = Arc::new(RwLock::new(StatusReport::default()));
+    let report = Arc::new(StatusBoard::default());
     let metrics = Arc::new(Metrics::new());
     let c = Controller::new(
         f.client.clone(),
@@ -339,7 +338,7 @@ async fn controller_with_metrics(
 struct Bench {
     f: Fixture,
     c: Controller,
-    report: Arc<RwLock<StatusReport>>,
+    report: Arc<StatusBoard>,
     metrics: Arc<Metrics>,
     names: Vec<String>,
     /// Everything the shim produced that an operator can see, for the secret scan.

@@ -390,6 +390,112 @@ async fn endpoints_serve_the_report_metrics_and_probes_and_stop_on_shutdown() {
     assert!(refused.is_err(), "still serving after shutdown");
 }
 
+/// `/status` as a poller and a person use it at scale (issue 28): the whole document is the
+/// same bytes until the report changes (ETag → 304), gzip when asked, and one cluster or only
+/// the problems when asked; a bad query is a clear 400, an unknown cluster a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_has_etags_gzip_and_views_of_one_cluster_or_the_problems() {
+    use std::io::Read as _;
+    let server = start(report()).await;
+    let addr = server.addr;
+    let url = |path: &str| format!("http://{addr}{path}");
+    let c = client();
+
+    let first = c.get(url("/status")).send().await.expect("GET");
+    assert_eq!(first.status().as_u16(), 200);
+    let etag = first.headers()["etag"].to_str().expect("etag").to_string();
+    assert!(etag.starts_with("W/\""), "{etag}");
+    let body = first.bytes().await.expect("body");
+    assert_eq!(
+        serde_json::from_slice::<StatusReport>(&body).expect("JSON"),
+        report()
+    );
+
+    // Unchanged: 304 without a body; the same bytes again without the validator.
+    let again = c
+        .get(url("/status"))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(again.status().as_u16(), 304);
+    assert!(again.bytes().await.expect("body").is_empty());
+
+    // gzip when accepted (and not when refused with q=0).
+    let gz = c
+        .get(url("/status"))
+        .header("accept-encoding", "br, gzip")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(gz.headers()["content-encoding"], "gzip");
+    assert_eq!(gz.headers()["etag"].to_str().unwrap(), etag);
+    let packed = gz.bytes().await.expect("body");
+    let mut unpacked = Vec::new();
+    flate2::read::GzDecoder::new(&packed[..])
+        .read_to_end(&mut unpacked)
+        .expect("gunzip");
+    assert_eq!(unpacked, body);
+    assert!(packed.len() < body.len());
+    let refused = c
+        .get(url("/status"))
+        .header("accept-encoding", "gzip;q=0")
+        .send()
+        .await
+        .expect("GET");
+    assert!(refused.headers().get("content-encoding").is_none());
+
+    // A change is a new document with a new ETag; the old validator no longer matches.
+    server.state.report.write().await.problems = vec!["changed".into()];
+    let changed = c
+        .get(url("/status"))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(changed.status().as_u16(), 200);
+    assert_ne!(changed.headers()["etag"].to_str().unwrap(), etag);
+    let now: StatusReport = serde_json::from_slice(&changed.bytes().await.unwrap()).unwrap();
+    assert_eq!(now.problems, ["changed"]);
+
+    // One cluster.
+    let (code, _, body) = get(addr, "/status?cluster=prod/prod").await;
+    assert_eq!(code, 200, "{body}");
+    let one: StatusReport = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(one.clusters.keys().collect::<Vec<_>>(), ["prod/prod"]);
+    assert_eq!(one.clusters["prod/prod"], report().clusters["prod/prod"]);
+    let (code, _, body) = get(addr, "/status?cluster=prod/nope").await;
+    assert_eq!(code, 404);
+    assert!(body.contains("no cluster prod/nope"), "{body}");
+
+    // Only what needs a look: every Machine shown is not True, or carries a failed write or
+    // an escalation; every one of those in the report is shown.
+    let (code, _, body) = get(addr, "/status?problems=true").await;
+    assert_eq!(code, 200, "{body}");
+    let problems: StatusReport = serde_json::from_str(&body).expect("JSON");
+    let machines = |r: &StatusReport| -> Vec<MachineReport> {
+        r.clusters
+            .values()
+            .flat_map(|c| c.machines.values().cloned())
+            .collect()
+    };
+    let needs_look = |m: &MachineReport| {
+        m.verdict != Some(Status::True) || m.write_error.is_some() || m.escalation != "none"
+    };
+    let shown = machines(&problems);
+    let all = machines(&report());
+    let expected: Vec<MachineReport> = all.iter().filter(|m| needs_look(m)).cloned().collect();
+    assert!(!shown.is_empty() && shown.len() < all.len(), "{shown:?}");
+    assert_eq!(shown, expected);
+
+    // A bad query is refused with what /status takes.
+    let (code, _, body) = get(addr, "/status?problems=maybe").await;
+    assert_eq!(code, 400);
+    assert!(body.contains("cluster=<namespace>/<name>"), "{body}");
+    let (code, _, _) = get(addr, "/status?colour=blue").await;
+    assert_eq!(code, 400);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_orphans_command_prints_each_orphan_and_the_command_it_never_runs() {
     let server = start(report()).await;

@@ -13,7 +13,9 @@ use capc_health_shim::controller::kube_io::{self, Resources};
 use capc_health_shim::k8s::capi::{choose, ApiChoice, Mode};
 use cloudstack_sim::{self as sim, SimServer, Simulator};
 use futures::stream::{self, StreamExt, TryStreamExt};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use serde_json::{json, Value};
@@ -213,7 +215,8 @@ impl Kube {
             // server prunes the fields its version does not have.
             let api: Api<DynamicObject> =
                 Api::namespaced_with(self.client.clone(), NAMESPACE, &r.machine);
-            let status = json!({"status": {"nodeRef": {"apiVersion": "v1", "kind": "Node", "name": name}}});
+            let status =
+                json!({"status": {"nodeRef": {"apiVersion": "v1", "kind": "Node", "name": name}}});
             api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
                 .await
                 .with_context(|| format!("status.nodeRef of {name}"))?;

@@ -288,10 +288,8 @@ async fn measure_cost(
     .chain(extra)
     .map(|a| a.to_string())
     .collect();
-    let log = Path::new(report::DIR).join(format!(
-        "controller-shim-{n}-{}-{build}.log",
-        fleet.name()
-    ));
+    let log =
+        Path::new(report::DIR).join(format!("controller-shim-{n}-{}-{build}.log", fleet.name()));
     std::fs::create_dir_all(report::DIR)?;
     let t0 = Instant::now();
     let mut shim = Shim::spawn(shim_binary, &s.api.kubeconfig, &args, &log)?;
@@ -539,9 +537,9 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
         .iter()
         .filter(|r| r.build == "this")
         .filter_map(|r| {
-            let b = rows
-                .iter()
-                .find(|b| b.build == "baseline" && b.machines == r.machines && b.fleet == r.fleet)?;
+            let b = rows.iter().find(|b| {
+                b.build == "baseline" && b.machines == r.machines && b.fleet == r.fleet
+            })?;
             Some((r, b))
         })
         .collect();
@@ -581,9 +579,9 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
         .iter()
         .filter(|r| r.build == "this")
         .filter_map(|r| {
-            let b = rows
-                .iter()
-                .find(|b| b.build == "no-orphans" && b.machines == r.machines && b.fleet == r.fleet)?;
+            let b = rows.iter().find(|b| {
+                b.build == "no-orphans" && b.machines == r.machines && b.fleet == r.fleet
+            })?;
             Some((r, b))
         })
         .collect();
@@ -751,14 +749,11 @@ async fn run_cost() -> Result<()> {
         }
         builds.push(("baseline", baseline.into(), &[]));
     }
-    let runs = steady_sizes
-        .iter()
-        .map(|&n| (n, FleetKind::Steady))
-        .chain(
-            provisioning_sizes
-                .iter()
-                .map(|&n| (n, FleetKind::Provisioning)),
-        );
+    let runs = steady_sizes.iter().map(|&n| (n, FleetKind::Steady)).chain(
+        provisioning_sizes
+            .iter()
+            .map(|&n| (n, FleetKind::Provisioning)),
+    );
     let mut rows = Vec::new();
     for (n, fleet, (build, binary, extra)) in runs
         .flat_map(|(n, fleet)| builds.iter().map(move |b| (n, fleet, b)))

@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use kube::Client;
-use tokio::sync::RwLock;
 use tracing::Instrument;
 
 use super::config::RunArgs;
@@ -26,7 +25,7 @@ use super::leadership::LeaseGate;
 use crate::cli::to_std;
 use crate::k8s::capi::ApiChoice;
 use crate::metrics::Metrics;
-use crate::status::StatusReport;
+use crate::status::board::StatusBoard;
 use crate::verdict::{ConditionState, Graces, MassFailureGuard};
 
 pub use super::decide::CREDENTIALS_UNAVAILABLE;
@@ -42,7 +41,7 @@ pub struct Controller {
     pub(super) events: Events,
     pub(super) graces: Graces,
     pub(super) guard: MassFailureGuard,
-    pub(super) report: Arc<RwLock<StatusReport>>,
+    pub(super) report: Arc<StatusBoard>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) lease: Arc<LeaseGate>,
     pub(super) scopes: BTreeMap<String, ScopeState>,
@@ -88,7 +87,7 @@ impl Controller {
         api: ApiChoice,
         resources: Resources,
         stores: Stores,
-        report: Arc<RwLock<StatusReport>>,
+        report: Arc<StatusBoard>,
         metrics: Arc<Metrics>,
     ) -> Self {
         let mut graces = args.graces.graces(args.poll_interval);

@@ -77,6 +77,9 @@ impl Controller {
                     .map(|why| format!("guest probe off: CloudStack refused its key ({why})")),
             );
         }
+        drop(r);
+        // Once per cycle, here, so that no GET /status waits for (or repeats) the rendering.
+        self.report.render().await;
     }
 
     fn machine_report(

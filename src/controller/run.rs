@@ -9,7 +9,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use rand::Rng;
-use tokio::sync::{watch, RwLock};
+use tokio::sync::watch;
 
 use super::config::RunArgs;
 use super::cycle::Controller;
@@ -20,6 +20,7 @@ use crate::http::{self, HttpState};
 use crate::k8s::capi::{choose, ApiChoice};
 use crate::k8s::watched::ConditionReader;
 use crate::metrics::Metrics;
+use crate::status::board::StatusBoard;
 use crate::status::StatusReport;
 
 /// Exit codes of `run`.
@@ -65,7 +66,7 @@ async fn termination() {
     }
 }
 
-async fn set_problem(report: &Arc<RwLock<StatusReport>>, problem: String) {
+async fn set_problem(report: &StatusBoard, problem: String) {
     let mut r = report.write().await;
     r.ready = false;
     r.problems = vec![problem];
@@ -73,7 +74,7 @@ async fn set_problem(report: &Arc<RwLock<StatusReport>>, problem: String) {
 
 pub async fn main(args: RunArgs) -> u8 {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let report = Arc::new(RwLock::new(StatusReport {
+    let report = Arc::new(StatusBoard::new(StatusReport {
         version: env!("CARGO_PKG_VERSION").to_string(),
         ..Default::default()
     }));

@@ -3,6 +3,7 @@
 //! kubeconfig in `CAPC_HEALTH_TEST_KUBECONFIG`) and an in-process `cloudstack-sim`.
 #![allow(dead_code)]
 
+use capc_health_shim::status::board::StatusBoard;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +14,6 @@ use capc_health_shim::controller::RunArgs;
 use capc_health_shim::k8s::capi::{choose, ApiChoice, Mode};
 use capc_health_shim::k8s::watched::ConditionReader;
 use capc_health_shim::metrics::Metrics;
-use capc_health_shim::status::StatusReport;
 use clap::Parser;
 use cloudstack_sim::{self as sim, SimServer, Simulator};
 use kube::api::{
@@ -21,7 +21,6 @@ use kube::api::{
 };
 use kube::Client;
 use serde_json::{json, Value};
-use tokio::sync::RwLock;
 
 pub const SIM_KEY: &str = "kube-test-key";
 pub const SIM_SECRET: &str = "kube-test-secret";
@@ -382,7 +381,7 @@ impl Fixture {
         &self,
         client: Client,
         extra: &[&str],
-    ) -> (Controller, Arc<RwLock<StatusReport>>) {
+    ) -> (Controller, Arc<StatusBoard>) {
         let mut args = vec![
             "--namespace",
             &self.ns,
@@ -413,7 +412,7 @@ impl Fixture {
             stores.wait_until_ready(Duration::from_secs(30)).await,
             "watches sync"
         );
-        let report = Arc::new(RwLock::new(StatusReport::default()));
+        let report = Arc::new(StatusBoard::default());
         let c = Controller::new(
             client,
             run,
@@ -427,10 +426,7 @@ impl Fixture {
     }
 
     /// A controller with the shim's default timings (only the namespace and no Lease set).
-    pub async fn controller_with_defaults(
-        &self,
-        extra: &[&str],
-    ) -> (Controller, Arc<RwLock<StatusReport>>) {
+    pub async fn controller_with_defaults(&self, extra: &[&str]) -> (Controller, Arc<StatusBoard>) {
         let mut args = vec!["--namespace", &self.ns, "--no-leader-election"];
         args.extend_from_slice(extra);
         let run = run_args(&args);
@@ -447,7 +443,7 @@ impl Fixture {
             stores.wait_until_ready(Duration::from_secs(60)).await,
             "watches sync"
         );
-        let report = Arc::new(RwLock::new(StatusReport::default()));
+        let report = Arc::new(StatusBoard::default());
         let c = Controller::new(
             self.client.clone(),
             run,
@@ -460,7 +456,7 @@ impl Fixture {
         (c, report)
     }
 
-    pub async fn controller(&self, extra: &[&str]) -> (Controller, Arc<RwLock<StatusReport>>) {
+    pub async fn controller(&self, extra: &[&str]) -> (Controller, Arc<StatusBoard>) {
         self.controller_as(self.client.clone(), extra).await
     }
 

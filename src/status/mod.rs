@@ -1,6 +1,9 @@
 //! What the running controller reports: the `/status` document (product.md §7) and the
 //! Prometheus metrics. The controller fills a [`StatusReport`] after every poll cycle; the
-//! HTTP side only reads it. No secret ever enters these types.
+//! HTTP side only reads it, through the [`board::StatusBoard`] that renders it once per change.
+//! No secret ever enters these types.
+
+pub mod board;
 
 use std::collections::BTreeMap;
 
