@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 
+use super::credentials::{self, credentials_id};
 use super::cycle::{Controller, CycleSummary, Written};
 use super::kube_io;
 use super::targets::{self, EndpointRef, Objects, Target};
 use crate::cli::to_std;
 use crate::cloudstack::client::{ClientConfig, CloudStackClient};
-use crate::cloudstack::ratelimit::RateLimit;
 use crate::k8s::watched::CloudStackMachineRecord;
 use crate::scope::{ListedVm, ScopeObserver};
 use crate::status::ScopeReport;
@@ -67,25 +67,6 @@ impl Gathered {
     pub fn scope_key(&self, t: &Target) -> Option<&String> {
         t.endpoint.as_ref().and_then(|e| self.scope_of.get(e))
     }
-}
-
-/// Who CloudStack sees: a short digest of everything the client's identity depends on (never
-/// the values themselves), so Secrets with the same credentials share a scope and a changed
-/// or different key gets its own.
-fn credentials_id(data: &BTreeMap<String, String>) -> String {
-    let mut h = ring::digest::Context::new(&ring::digest::SHA256);
-    for k in ["api-key", "secret-key", "verify-ssl"] {
-        h.update(k.as_bytes());
-        h.update(&[0]);
-        if let Some(v) = data.get(k) {
-            h.update(v.trim().as_bytes());
-        }
-        h.update(&[0]);
-    }
-    h.finish().as_ref()[..6]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn scope_key(api_url: &str, credentials: &str, e: &EndpointRef) -> String {
@@ -342,13 +323,8 @@ impl Controller {
                 }
             }
         }
-        let mut cfg = ClientConfig::from_secret_data(&data)
+        let cfg = credentials::client_config(&self.args, &data)
             .map_err(|err| format!("Secret {}/{}: {err}", e.secret_namespace, e.secret_name))?;
-        cfg.request_timeout = to_std(self.args.request_timeout);
-        cfg.rate_limit = (self.args.rate_limit > 0.0).then(|| RateLimit {
-            per_second: self.args.rate_limit,
-            burst: (self.args.rate_limit.ceil() as u32).max(1) * 2,
-        });
         Ok((data, cfg))
     }
 }
@@ -430,22 +406,6 @@ mod tests {
         assert_eq!(account_of(&a), account_of(&b));
         assert_ne!(account_of(&a), account_of(&other_key));
         assert_eq!(account_of(&a), (url, "0123456789ab"));
-    }
-
-    #[test]
-    fn the_credentials_id_names_the_key_pair_but_shows_none_of_it() {
-        let data = |k: &str, s: &str| -> BTreeMap<String, String> {
-            [("api-key", k), ("secret-key", s)]
-                .into_iter()
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .collect()
-        };
-        let a = credentials_id(&data("KEY-A", "SECRET-A"));
-        assert_eq!(a, credentials_id(&data(" KEY-A ", "SECRET-A")));
-        assert_ne!(a, credentials_id(&data("KEY-B", "SECRET-A")));
-        assert_ne!(a, credentials_id(&data("KEY-A", "SECRET-B")));
-        assert_eq!(a.len(), 12);
-        assert!(!a.contains("KEY") && !a.contains("SECRET"));
     }
 
     #[test]

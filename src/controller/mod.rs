@@ -13,6 +13,7 @@
 
 pub mod act;
 pub mod config;
+pub mod credentials;
 pub mod cycle;
 pub mod decide;
 pub mod gather;

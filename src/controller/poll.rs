@@ -21,7 +21,7 @@ pub fn backoff_intervals(failed: u32) -> i32 {
 }
 
 fn is_uuid(s: &str) -> bool {
-    s.len() == 36 && s.chars().all(|c| c.is_ascii_hexdigit() || c == '-')
+    s.len() == 36 && uuid::Uuid::try_parse(s).is_ok()
 }
 
 /// The listing of a scope: its zone, and its project — a project name cannot be sent as

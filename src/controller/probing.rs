@@ -5,18 +5,17 @@
 //! between cycles; when an answer changes what a Machine's verdict would be, the next cycle
 //! starts at once instead of at the end of the interval.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
 
+use super::credentials;
 use super::cycle::Controller;
 use super::gather::Gathered;
 use super::kube_io;
 use crate::cli::to_std;
-use crate::cloudstack::client::{ClientConfig, CloudStackClient};
-use crate::cloudstack::ratelimit::RateLimit;
+use crate::cloudstack::client::CloudStackClient;
 use crate::probe::{Prober, ScopeHistories, StepOutcome};
 use crate::status::ProbeReport;
 use crate::verdict::MachineFacts;
@@ -24,7 +23,8 @@ use crate::verdict::MachineFacts;
 /// The probe's state between cycles.
 #[derive(Default)]
 pub struct Probing {
-    prober: Option<(u64, Prober)>,
+    /// The prober and the (api-url, credentials id) of the key it was built with.
+    prober: Option<((String, String), Prober)>,
     /// Per VM id (a CloudStack UUID, so unique across scopes; the scope's histories say where
     /// it is polled): the facts of the Machine it belongs to, as of the last cycle.
     facts: HashMap<String, MachineFacts>,
@@ -38,14 +38,6 @@ pub struct Probing {
 /// router free for the next VM — about as soon as it ends.
 pub fn probe_tick(spacing: jiff::SignedDuration) -> Duration {
     to_std(spacing / 15).clamp(Duration::from_millis(250), Duration::from_secs(5))
-}
-
-fn fingerprint(data: &BTreeMap<String, String>) -> u64 {
-    let mut h = DefaultHasher::new();
-    for k in ["api-url", "api-key", "secret-key", "verify-ssl"] {
-        data.get(k).hash(&mut h);
-    }
-    h.finish()
 }
 
 impl Controller {
@@ -70,20 +62,17 @@ impl Controller {
                 return;
             }
         };
-        let fp = fingerprint(&data);
+        // The same key at the same endpoint: keep the prober (and its jobs in flight).
+        let fp = (
+            data.get("api-url").cloned().unwrap_or_default(),
+            credentials::credentials_id(&data),
+        );
         if self.probing.prober.as_ref().is_some_and(|(f, _)| *f == fp) {
             self.probing.problem = None;
             return;
         }
-        let built = ClientConfig::from_secret_data(&data)
-            .and_then(|mut cfg| {
-                cfg.request_timeout = to_std(self.args.request_timeout);
-                cfg.rate_limit = (self.args.rate_limit > 0.0).then(|| RateLimit {
-                    per_second: self.args.rate_limit,
-                    burst: (self.args.rate_limit.ceil() as u32).max(1) * 2,
-                });
-                CloudStackClient::new(cfg)
-            })
+        let built = credentials::client_config(&self.args, &data)
+            .and_then(CloudStackClient::new)
             .map_err(|e| format!("probe credentials: Secret {secret}: {e}"));
         match built {
             Ok(client) => {

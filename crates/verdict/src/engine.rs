@@ -404,23 +404,3 @@ fn running(
         }
     }
 }
-
-/// The verdict for a Machine whose CloudStackMachine may not have an instance id yet:
-/// no id means the VM was never deployed, and there is nothing to judge (`None`).
-pub fn verdict_for_instance(
-    instance_id: Option<&str>,
-    history: Option<&VmHistory>,
-    machine: &MachineFacts,
-    graces: &Graces,
-    now: Timestamp,
-) -> Option<Verdict> {
-    let id = instance_id.filter(|id| !id.trim().is_empty())?;
-    Some(match history {
-        Some(h) => evaluate(h, machine, graces, now),
-        None => Verdict::new(
-            Status::Unknown,
-            reason::CLOUDSTACK_API_UNAVAILABLE,
-            format!("VM {id} not polled yet"),
-        ),
-    })
-}

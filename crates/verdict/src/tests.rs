@@ -3,7 +3,7 @@
 use jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
 
-use super::engine::{verdict_for_instance, MachineFacts};
+use super::engine::MachineFacts;
 use super::history::{PollOutcome, StatsServer, VmHistory};
 use super::{condition, evaluate, reason, Graces, Status, Verdict};
 use cloudstack_api::model::{CsTime, HostControlState, Nic, UsageSample, VirtualMachine, VmState};
@@ -758,16 +758,6 @@ fn api_errors_and_stale_polls_are_unknown() {
         Status::Unknown,
         reason::CLOUDSTACK_API_UNAVAILABLE,
     );
-}
-
-#[test]
-fn a_machine_without_an_instance_id_gets_no_verdict() {
-    let g = Graces::default();
-    let m = MachineFacts::default();
-    assert_eq!(verdict_for_instance(None, None, &m, &g, at(0)), None);
-    assert_eq!(verdict_for_instance(Some(""), None, &m, &g, at(0)), None);
-    let v = verdict_for_instance(Some("vm-1"), None, &m, &g, at(0)).unwrap();
-    assert_verdict(&v, Status::Unknown, reason::CLOUDSTACK_API_UNAVAILABLE);
 }
 
 #[test]
