@@ -40,9 +40,10 @@ demo: build apiserver-build
 	$(E2E_BUILD) "the demo (CAPI/CAPC Go modules)" $(GO) build -o $(CURDIR)/target/e2e/bin/demo ./cmd/demo
 	cd tests/e2e && $(CURDIR)/target/e2e/bin/demo
 
-## make demo-sim: the quick look without Kubernetes: cloudstack-sim's seed scenario + `capc-health-shim check`.
+## make demo-sim: the quick look without Kubernetes: cloudstack-sim's seed scenario + the `check` machinery
+## (examples/demo.rs: a developer tool, not in the product binary).
 demo-sim: build
-	./target/debug/capc-health-shim demo
+	$(CARGO) run --quiet --example demo
 
 ## make test: every test — Rust unit/integration/property tests, the `cs` (PyPI) conformance test, and
 ## the end-to-end scenarios 1, 3 and 7 with their baselines and 8 (deletion races) (real CAPI + CAPC, see tests/e2e/README.md),

@@ -18,15 +18,13 @@
 //! - [`http`]: the `/status`, `/metrics`, `/healthz` and `/readyz` endpoints (axum; HTTPS with
 //!   `/status` and `/metrics` behind TokenReview + SubjectAccessReview, or `--insecure-serving`).
 //! - [`status_cmd`]: `capc-health-shim status --url URL`, a running shim's `/status` for humans.
-//! - [`docs_gen`]: the flags table of `docs/configuration.md`, generated from the clap definitions.
 //!
-//! The simulator (`crates/cloudstack-sim`) is not part of the product: `demo` runs its binary.
+//! The simulator (`crates/cloudstack-sim`) is not part of the product; neither are the developer
+//! tools: `examples/demo.rs` (`make demo-sim`) and the docs generator in `tests/docs_gen`.
 
 pub mod check;
 pub mod cli;
 pub mod controller;
-pub mod demo;
-pub mod docs_gen;
 pub mod http;
 pub mod k8s;
 pub mod metrics;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use capc_health_shim::{check, controller, demo, orphans, status_cmd};
+use capc_health_shim::{check, controller, orphans, status_cmd};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -46,8 +46,6 @@ enum Command {
     Run(Box<controller::RunArgs>),
     /// Poll a CloudStack endpoint for VMs and print verdicts (no Kubernetes needed).
     Check(Box<check::CheckArgs>),
-    /// Start cloudstack-sim with the seed scenario and show the verdicts the shim reaches.
-    Demo(demo::DemoArgs),
     /// Render a running shim's /status for humans.
     Status(status_cmd::StatusArgs),
     /// List the VMs a running shim reports as orphans, with the CloudMonkey commands to remove them (never run).
@@ -84,7 +82,6 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => controller::run::main(*args).await,
             Command::Check(args) => check::main(*args).await,
-            Command::Demo(args) => demo::main(args).await,
             Command::Status(args) => status_cmd::main(args).await,
             Command::Orphans(args) => orphans::cmd::main(args).await,
         }

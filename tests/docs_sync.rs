@@ -1,10 +1,12 @@
 //! `docs/configuration.md` carries the `run` flags table generated from the clap definitions
-//! (`capc_health_shim::docs_gen`). This test fails when the file is out of date; with
+//! (`tests/docs_gen`). This test fails when the file is out of date; with
 //! `CAPC_HEALTH_UPDATE_DOCS=1` (what `make docs` sets) it rewrites the block instead.
 
 use std::path::PathBuf;
 
-use capc_health_shim::docs_gen::{replace_generated, run_flags_markdown};
+mod docs_gen;
+
+use docs_gen::{replace_generated, run_flags_markdown};
 
 #[test]
 fn configuration_reference_matches_the_flags() {

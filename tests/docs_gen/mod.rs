@@ -1,11 +1,11 @@
 //! The generated part of `docs/configuration.md`: the flags of `capc-health-shim run` (name,
 //! environment variable, default, help) as a Markdown table, rendered from the clap
 //! definitions themselves. `tests/docs_sync.rs` fails when the file differs from what this
-//! renders; `make docs` rewrites the block.
+//! renders; `make docs` rewrites the block. (Test tooling: not compiled into the product.)
 
 use clap::{ArgAction, CommandFactory, Parser};
 
-use crate::controller::RunArgs;
+use capc_health_shim::controller::RunArgs;
 
 /// The line that opens the generated block.
 pub const BEGIN_MARKER: &str = "<!-- BEGIN GENERATED FLAGS (make docs; do not edit by hand) -->";

@@ -1,29 +1,33 @@
-//! `capc-health-shim demo` (behind `make demo`): starts `cloudstack-sim` with the embedded
-//! seed scenario, polls it with the `check` machinery until the verdicts settle, prints them,
-//! stops the simulator. Later issues grow this into the whole stack.
+//! `make demo-sim` (`cargo run --example demo`): starts `cloudstack-sim` with the embedded seed
+//! scenario, polls it with the `check` machinery until the verdicts settle, prints them, stops
+//! the simulator. A developer's quick look without Kubernetes — not part of the product binary.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use clap::Args;
+use clap::Parser;
 use jiff::SignedDuration;
 
-use crate::check::{self, exit, Checker, OutputFormat, UsageHistoryMode};
-use crate::cloudstack::client::{ClientConfig, CloudStackClient, VmListQuery};
-use crate::verdict::{Graces, MassFailureGuard, Status};
+use capc_health_shim::check::{self, exit, Checker, OutputFormat, UsageHistoryMode};
+use capc_health_shim::cloudstack::client::{ClientConfig, CloudStackClient, VmListQuery};
+use capc_health_shim::verdict::{Graces, MassFailureGuard, Status};
 
 /// The seed scenario, embedded so the demo needs no files at run time.
 pub const SEED_SCENARIO: &str = include_str!("../cloudstack-fixtures/scenarios/seed.json");
 
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "demo",
+    about = "cloudstack-sim's seed scenario and the verdicts `check` reaches"
+)]
 pub struct DemoArgs {
-    /// The cloudstack-sim binary (default: next to this binary).
+    /// The cloudstack-sim binary (default: next to this binary, or beside the examples directory).
     #[arg(long)]
     pub sim_binary: Option<PathBuf>,
     /// Give up if the verdicts have not settled after this long.
-    #[arg(long, default_value = "120s", value_parser = crate::cli::parse_duration)]
+    #[arg(long, default_value = "120s", value_parser = capc_health_shim::cli::parse_duration)]
     pub timeout: SignedDuration,
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: OutputFormat,
@@ -45,7 +49,14 @@ fn sim_binary(args: &DemoArgs) -> Result<PathBuf, String> {
     }
     let me = std::env::current_exe().map_err(|e| format!("cannot locate this binary: {e}"))?;
     let sim = me.with_file_name("cloudstack-sim");
+    // An example is built into target/<profile>/examples/, the simulator into target/<profile>/.
+    let beside_examples = me
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join("cloudstack-sim"));
     if sim.exists() {
+        Ok(sim)
+    } else if let Some(sim) = beside_examples.filter(|p| p.exists()) {
         Ok(sim)
     } else {
         Err(format!(
@@ -89,14 +100,16 @@ fn start_sim(
     Ok((sim, url))
 }
 
-pub async fn main(args: DemoArgs) -> u8 {
-    match run(&args).await {
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = DemoArgs::parse();
+    std::process::ExitCode::from(match run(&args).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("demo: {e}");
             1
         }
-    }
+    })
 }
 
 async fn run(args: &DemoArgs) -> Result<u8, String> {
