@@ -252,7 +252,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	@# the pure crates alone, as the fuzz targets build them (the workspace build unifies `client` in)
-	$(CARGO) clippy -p cloudstack-api -p verdict --all-targets -- -D warnings
+	$(CARGO) clippy -p capi-model -p cloudstack-api -p verdict --all-targets -- -D warnings
 	@test -z "$$(cd tests/e2e && gofmt -l .)" || { echo "gofmt needed in tests/e2e:"; cd tests/e2e && gofmt -l .; exit 1; }
 	$(E2E_GO) vet ./...
 	@test -z "$$(cd hack/release && gofmt -l .)" || { echo "gofmt needed in hack/release:"; cd hack/release && gofmt -l .; exit 1; }

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use jiff::SignedDuration;
 
-use capc_health_shim::check::{self, exit, Checker, OutputFormat, UsageHistoryMode};
+use capc_health_shim::check::{self, exit, Checker, UsageHistoryMode};
+use capc_health_shim::cli::OutputFormat;
 use capc_health_shim::cloudstack::client::{ClientConfig, CloudStackClient, VmListQuery};
 use capc_health_shim::verdict::{Graces, MassFailureGuard, Status};
 

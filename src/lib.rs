@@ -9,7 +9,7 @@
 //! - [`probe`]: the opt-in ARP probe from a network's virtual router (`runDiagnostics`), paced
 //!   by `verdict::probe`, bounded by a per-scope budget.
 //! - [`orphans`]: remnants — VMs no CloudStackMachine owns, found from the watches and the
-//!   listings (pure), and `capc-health-shim orphans`.
+//!   listings (pure).
 //! - [`check`]: the one-shot `capc-health-shim check` command (client + engine, no Kubernetes).
 //! - [`k8s`]: the Kubernetes side's pure rules (Machine views, escalation, Lease hold).
 //! - [`controller`]: `capc-health-shim run`, the cycle in named phases and its Kubernetes I/O.
@@ -17,7 +17,7 @@
 //! - [`metrics`]: the Prometheus metrics (`capc_health_*`) and their OpenMetrics encoding.
 //! - [`http`]: the `/status`, `/metrics`, `/healthz` and `/readyz` endpoints (axum; HTTPS with
 //!   `/status` and `/metrics` behind TokenReview + SubjectAccessReview, or `--insecure-serving`).
-//! - [`status_cmd`]: `capc-health-shim status --url URL`, a running shim's `/status` for humans.
+//! - [`cli`]: shared flags, and the commands that read a running shim (`status`, `orphans`).
 //!
 //! The simulator (`crates/cloudstack-sim`) is not part of the product; neither are the developer
 //! tools: `examples/demo.rs` (`make demo-sim`) and the docs generator in `tests/docs_gen`.
@@ -32,7 +32,6 @@ pub mod orphans;
 pub mod probe;
 pub mod scope;
 pub mod status;
-pub mod status_cmd;
 
 pub use cloudstack_api as cloudstack;
 pub use verdict;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use capc_health_shim::{check, controller, orphans, status_cmd};
+use capc_health_shim::{check, cli, controller};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -47,9 +47,9 @@ enum Command {
     /// Poll a CloudStack endpoint for VMs and print verdicts (no Kubernetes needed).
     Check(Box<check::CheckArgs>),
     /// Render a running shim's /status for humans.
-    Status(status_cmd::StatusArgs),
+    Status(cli::status::StatusArgs),
     /// List the VMs a running shim reports as orphans, with the CloudMonkey commands to remove them (never run).
-    Orphans(orphans::cmd::OrphansArgs),
+    Orphans(cli::orphans::OrphansArgs),
 }
 
 fn main() -> ExitCode {
@@ -82,8 +82,8 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => controller::run::main(*args).await,
             Command::Check(args) => check::main(*args).await,
-            Command::Status(args) => status_cmd::main(args).await,
-            Command::Orphans(args) => orphans::cmd::main(args).await,
+            Command::Status(args) => cli::status::main(args).await,
+            Command::Orphans(args) => cli::orphans::main(args).await,
         }
     });
     ExitCode::from(code)

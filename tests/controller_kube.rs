@@ -9,7 +9,7 @@ mod kube_support;
 
 use std::time::Duration;
 
-use capc_health_shim::k8s::capi::Mode;
+use capi_model::apis::Mode;
 use kube::api::Api;
 use kube_support::{get, is, kube_client, merge_patch, Fixture, SIM_SECRET};
 

@@ -10,7 +10,7 @@ mod kube_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use capc_health_shim::k8s::capi::Mode;
+use capi_model::apis::Mode;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};

@@ -12,7 +12,7 @@ mod kube_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use capc_health_shim::k8s::capi::Mode;
+use capi_model::apis::Mode;
 use cloudstack_sim::Fault;
 use jiff::{SignedDuration, Timestamp};
 use kube_support::{kube_client, simulator_with, Fixture};

@@ -27,7 +27,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use capc_health_shim::controller::kube_io;
-use capc_health_shim::k8s::capi::{choose, ConditionLayout, Mode};
+use capi_model::apis::{choose, ConditionLayout, Mode};
 use kube::api::{Api, DynamicObject};
 use kube_support::{ar, condition, get, is, kube_client, profile, Fixture};
 use reqwest::header::{HeaderValue, USER_AGENT};

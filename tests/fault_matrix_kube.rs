@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capc_health_shim::controller::cycle::Controller;
-use capc_health_shim::k8s::capi::Mode;
+use capi_model::apis::Mode;
 use cloudstack_sim::{ApiFaults, Fault};
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;

@@ -7,13 +7,13 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use capc_health_shim::http::{self, HttpState};
-use capc_health_shim::k8s::capi::{ApiChoice, ConditionLayout, Mode};
 use capc_health_shim::metrics::Metrics;
 use capc_health_shim::status::{
     ClusterReport, FailureDomainReport, MachineReport, OrphanDetectionReport, OrphanKind,
     OrphanReport, ProbeCounts, ProbeReport, ScopeReport, StatusReport,
 };
 use capc_health_shim::verdict::Status;
+use capi_model::apis::{ApiChoice, ConditionLayout, Mode};
 use jiff::Timestamp;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;

@@ -9,7 +9,7 @@ use capc_health_shim::check::{Checker, UsageHistoryMode, VmReport};
 use capc_health_shim::cloudstack::client::{
     ClientConfig, CloudStackClient, Credentials, VmListQuery,
 };
-use capc_health_shim::controller::probing::probe_tick;
+use capc_health_shim::probe::probe_tick;
 use capc_health_shim::probe::{ProbeLimits, Prober};
 use capc_health_shim::verdict::probe::ProbeGraces;
 use capc_health_shim::verdict::{reason, Graces, MassFailureGuard, Status};

@@ -6,7 +6,7 @@ mod kube_support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use capc_health_shim::k8s::capi::Mode;
+use capi_model::apis::Mode;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube_support::{http_get, is, kube_client, Fixture};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use capc_health_shim::controller::kube_io::{self, Resources};
-use capc_health_shim::k8s::capi::{choose, ApiChoice, Mode};
+use capi_model::apis::{choose, ApiChoice, Mode};
 use cloudstack_sim::{self as sim, SimServer, Simulator};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use kube::api::{

@@ -9,11 +9,11 @@ use std::time::Instant;
 use std::sync::Arc;
 
 use capc_health_shim::controller::targets::{self, Objects};
-use capc_health_shim::k8s::capi::ConditionLayout;
 use capc_health_shim::k8s::watched::{
     CloudStackMachineRecord, ClusterRecord, ConditionReader, FailureDomainRecord,
     HealthCheckRecord, MachineRecord,
 };
+use capi_model::apis::ConditionLayout;
 use kube::api::DynamicObject;
 use serde_json::{json, Value};
 

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use capc_health_shim::check::Checker;
-use capc_health_shim::controller::probing::probe_tick;
+use capc_health_shim::probe::probe_tick;
 use capc_health_shim::verdict::probe::ProbeGraces;
 use capc_health_shim::verdict::{reason, Graces, Status};
 use cloudstack_sim::{Fault, Hypervisor};

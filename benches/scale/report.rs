@@ -949,7 +949,7 @@ impl Report {
         let pg =
             capc_health_shim::verdict::probe::ProbeGraces::from_stats_interval(g.stats_interval);
         let limits = capc_health_shim::probe::ProbeLimits::default();
-        let tick = capc_health_shim::controller::probing::probe_tick(pg.spacing);
+        let tick = capc_health_shim::probe::probe_tick(pg.spacing);
         let mut md = format!(
             "## 3d. Guest probe (opt-in: `arping` from the network's virtual router)\n\n\
              Each scope's checker gets a probe with the root-admin key (`runDiagnostics` jobs, \

@@ -9,6 +9,8 @@ use base64::Engine as _;
 use jiff::{tz::TimeZone, Timestamp};
 use serde_json::{json, Map, Value};
 
+use capi_model::apis::ConditionLayout;
+use capi_model::condition::{apply_body, read};
 use cloudstack_api::error::{
     body_snippet, parse_page_size_max, parse_retry_after, parse_unknown_id, sanitize_text,
     CloudStackError, MAX_ERRORTEXT_CHARS, MAX_SNIPPET_CHARS,
@@ -25,9 +27,7 @@ use cloudstack_api::signing::{
     signature_matches, signed_query,
 };
 use cloudstack_sim::scenario::parse_scenario;
-use verdict::capi::ConditionLayout;
 use verdict::condition::{is_unchanged, next_condition, whole_seconds, DEFAULT_CONDITION_TYPE};
-use verdict::machine_condition::{apply_body, read};
 use verdict::{reason, ConditionState, Status, Verdict};
 
 // ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::cli::OutputFormat;
 use clap::{Args, ValueEnum};
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
@@ -35,12 +36,6 @@ pub mod exit {
     pub const UNREACHABLE: u8 = 3;
     /// CloudStack rejected the credentials, the signature, or the role (401/432) on every poll.
     pub const UNAUTHORIZED: u8 = 4;
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
-    Table,
-    Json,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -224,7 +219,7 @@ impl Checker {
     /// How often `run_polls` steps the probe between polls (`None`: no probe).
     fn probe_tick(&self) -> Option<std::time::Duration> {
         self.prober.as_ref()?;
-        Some(crate::controller::probing::probe_tick(
+        Some(crate::probe::probe_tick(
             self.graces.probe.as_ref()?.spacing,
         ))
     }

@@ -15,15 +15,15 @@ use jiff::Timestamp;
 use super::cycle::{Controller, CycleSummary, Written};
 use super::decide::Decided;
 use super::gather::Gathered;
-use super::kube_error::KubeError;
 use super::kube_io;
 use super::leadership::Refusal;
 use super::targets::Target;
 use crate::cli::to_std;
 use crate::k8s::escalation::{self, Escalation, EscalationFacts};
-use crate::k8s::objects::well_known;
+use crate::k8s::kube_error::KubeError;
 use crate::verdict::condition::{is_unchanged, needs_event};
 use crate::verdict::{ConditionState, Status};
+use capi_model::well_known;
 
 /// Where a Machine's escalation stands after this cycle, for `/status`.
 #[derive(Debug, Clone, Default)]

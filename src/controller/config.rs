@@ -5,7 +5,7 @@ use clap::{Args, ValueEnum};
 use jiff::SignedDuration;
 
 use crate::cli::{duration_in, parse_duration, parse_rate_limit, GraceArgs, ProbeArgs};
-use crate::k8s::capi::Mode;
+use capi_model::apis::Mode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModeFlag {

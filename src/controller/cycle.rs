@@ -23,10 +23,10 @@ use super::gather::ScopeState;
 use super::kube_io::{Events, Resources, Stores};
 use super::leadership::LeaseGate;
 use crate::cli::to_std;
-use crate::k8s::capi::ApiChoice;
 use crate::metrics::Metrics;
 use crate::status::board::StatusBoard;
 use crate::verdict::{ConditionState, Graces, MassFailureGuard};
+use capi_model::apis::ApiChoice;
 
 pub use super::decide::CREDENTIALS_UNAVAILABLE;
 pub use super::poll::backoff_intervals;

@@ -13,10 +13,10 @@ use jiff::Timestamp;
 
 use super::cycle::{Controller, CycleSummary};
 use super::gather::Gathered;
-use super::kube_error::KubeError;
 use super::kube_io;
 use super::targets::{Target, TargetProblem};
 use crate::cli::to_std;
+use crate::k8s::kube_error::KubeError;
 use crate::k8s::objects::matching_node;
 use crate::verdict::{
     decide, ConditionState, Decision, Evidence, MachineFacts, Status, Subject, Verdict,

@@ -19,16 +19,16 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use serde_json::{json, Value};
 
-use crate::k8s::capi::{ApiChoice, ConditionLayout, ServedApis};
-use crate::k8s::conditions::{apply_body, FIELD_MANAGER};
-use crate::k8s::objects::well_known;
 use crate::k8s::watched::{
     CloudStackMachineRecord, ClusterRecord, ConditionReader, FailureDomainRecord,
     HealthCheckRecord, MachineRecord,
 };
 use crate::verdict::ConditionState;
+use capi_model::apis::{ApiChoice, ConditionLayout, ServedApis};
+use capi_model::condition::{apply_body, FIELD_MANAGER};
+use capi_model::well_known;
 
-use super::kube_error::{within, KubeError};
+use crate::k8s::kube_error::{within, KubeError};
 
 const CAPI_GROUP: &str = "cluster.x-k8s.io";
 const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";

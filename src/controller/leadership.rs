@@ -14,7 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use tokio::sync::Mutex;
 
-use super::kube_error::{within, KubeError};
+use crate::k8s::kube_error::{within, KubeError};
 use crate::k8s::lease::{self, Hold};
 
 /// Spare time between a write's deadline and the Lease's expiry: clock skew between replicas.

@@ -8,8 +8,8 @@
 //!   [`report`].
 //! - [`targets`]: watched objects → Machines to judge (pure).
 //! - [`leadership`]: the Lease confirmed before every write.
-//! - [`kube_io`]: discovery, watches and the writes to the API server; [`kube_error`]: their
-//!   typed errors.
+//! - [`kube_io`]: discovery, watches and the writes to the API server (their typed errors are
+//!   [`crate::k8s::kube_error`]).
 
 pub mod act;
 pub mod config;
@@ -17,7 +17,6 @@ pub mod credentials;
 pub mod cycle;
 pub mod decide;
 pub mod gather;
-pub mod kube_error;
 pub mod kube_io;
 pub mod leadership;
 pub mod orphans;

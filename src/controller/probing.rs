@@ -16,6 +16,7 @@ use super::gather::Gathered;
 use super::kube_io;
 use crate::cli::to_std;
 use crate::cloudstack::client::CloudStackClient;
+use crate::probe::probe_tick;
 use crate::probe::{Prober, ScopeHistories, StepOutcome};
 use crate::status::ProbeReport;
 use crate::verdict::MachineFacts;
@@ -30,14 +31,6 @@ pub struct Probing {
     facts: HashMap<String, MachineFacts>,
     /// Why the probe key cannot be used (no Secret values in it).
     problem: Option<String>,
-}
-
-/// Time between probe steps while waiting for the next cycle: a fifteenth of the spacing
-/// between attempts (1 s at the defaults), within 0.25–5 s. A router runs one job at a time and
-/// an arping that is answered takes about a second there, so a finished job is seen — and the
-/// router free for the next VM — about as soon as it ends.
-pub fn probe_tick(spacing: jiff::SignedDuration) -> Duration {
-    to_std(spacing / 15).clamp(Duration::from_millis(250), Duration::from_secs(5))
 }
 
 impl Controller {

@@ -17,11 +17,11 @@ use super::kube_io::{self, Resources, Stores};
 use super::leadership::{LeaseGate, Refusal};
 use crate::cli::to_std;
 use crate::http::{self, HttpState};
-use crate::k8s::capi::{choose, ApiChoice};
 use crate::k8s::watched::ConditionReader;
 use crate::metrics::Metrics;
 use crate::status::board::StatusBoard;
 use crate::status::StatusReport;
+use capi_model::apis::{choose, ApiChoice};
 
 /// Exit codes of `run`.
 pub mod exit {

@@ -203,8 +203,8 @@ fn unusable(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::capi::ConditionLayout;
     use crate::k8s::watched::ConditionReader;
+    use capi_model::apis::ConditionLayout;
     use serde_json::{json, Value};
 
     fn machine(name: &str, csm: &str) -> Value {

@@ -29,7 +29,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::{Api, PostParams};
 
-use crate::controller::kube_error::{within, KubeError};
+use crate::k8s::kube_error::{within, KubeError};
 
 /// How long an allowed (token, verb, path) is trusted without asking again.
 pub const ALLOW_TTL: Duration = Duration::from_secs(60);

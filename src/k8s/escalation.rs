@@ -3,9 +3,10 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::capi::Mode;
-use super::objects::{well_known, MachineView};
+use super::objects::MachineView;
 use crate::verdict::Status;
+use capi_model::apis::Mode;
+use capi_model::well_known;
 
 /// Why an escalation is held back. Constants double as `/status` and Event reasons.
 pub mod hold {

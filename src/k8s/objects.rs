@@ -6,19 +6,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::watched::HealthCheckRecord;
+use capi_model::well_known;
 
-/// Annotations and labels CAPI defines that the shim reads or writes.
-pub mod well_known {
-    pub const REMEDIATE_MACHINE: &str = "cluster.x-k8s.io/remediate-machine";
-    pub const PAUSED: &str = "cluster.x-k8s.io/paused";
-    pub const SKIP_REMEDIATION: &str = "cluster.x-k8s.io/skip-remediation";
-    pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-    /// clusterctl move sets it on each source object right before deleting it
-    /// (`cmd/clusterctl/client/cluster/mover.go` `deleteSourceObject`, CAPI v1.9.6).
-    pub const DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
-    pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
-}
+use super::watched::HealthCheckRecord;
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)

@@ -14,10 +14,11 @@ use jiff::Timestamp;
 use kube::runtime::reflector::Lookup;
 use serde_json::Value;
 
-use super::capi::ConditionLayout;
-use super::conditions;
-use super::objects::{well_known, MachineView};
+use super::objects::MachineView;
 use crate::verdict::ConditionState;
+use capi_model::apis::ConditionLayout;
+use capi_model::condition as conditions;
+use capi_model::well_known;
 
 /// How to read our condition off a Machine: where the served API keeps conditions, and the
 /// condition type the shim owns.
@@ -256,7 +257,7 @@ keyed_by_name!(HealthCheckRecord, "MachineHealthCheck", .namespace, .name);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::objects::well_known::{CLUSTER_NAME_LABEL, PAUSED};
+    use capi_model::well_known::{CLUSTER_NAME_LABEL, PAUSED};
     use serde_json::json;
 
     const OURS: &str = "CloudStackVMHealthy";

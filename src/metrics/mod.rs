@@ -58,7 +58,7 @@ pub struct CallLabels {
 }
 
 /// A write to the API server: `kind` is `condition`, `annotation` or `event`; `result` is
-/// `ok` or a [`crate::controller::kube_error::KubeError::label`].
+/// `ok` or a [`crate::k8s::kube_error::KubeError::label`].
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
     pub kind: String,

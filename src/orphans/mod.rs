@@ -39,8 +39,6 @@ use crate::cloudstack::model::VmState;
 use crate::scope::ListedVm;
 use crate::status::{OrphanKind, OrphanReport};
 
-pub mod cmd;
-
 /// How long a CloudStackMachine is remembered after it disappeared (a VM deployed for it
 /// shows up within minutes at most), unless a VM it left behind is still suspect.
 pub const MEMORY: SignedDuration = SignedDuration::from_hours(1);

@@ -25,6 +25,17 @@ use crate::verdict::probe::{
 };
 use crate::verdict::{Graces, MachineFacts, VmHistory};
 
+/// Time between probe steps while waiting for the next cycle: a fifteenth of the spacing
+/// between attempts (1 s at the defaults), within 0.25–5 s. A router runs one job at a time and
+/// an arping that is answered takes about a second there, so a finished job is seen — and the
+/// router free for the next VM — about as soon as it ends.
+pub fn probe_tick(spacing: jiff::SignedDuration) -> std::time::Duration {
+    crate::cli::to_std(spacing / 15).clamp(
+        std::time::Duration::from_millis(250),
+        std::time::Duration::from_secs(5),
+    )
+}
+
 pub use answers::same_endpoint;
 use answers::{error_end, read_job_output, JobEnd};
 

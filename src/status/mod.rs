@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::k8s::capi::ApiChoice;
 use crate::verdict::Status;
+use capi_model::apis::ApiChoice;
 
 /// The whole `/status` document.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

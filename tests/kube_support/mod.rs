@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use capc_health_shim::controller::cycle::Controller;
 use capc_health_shim::controller::kube_io::{self, Resources, Stores};
 use capc_health_shim::controller::RunArgs;
-use capc_health_shim::k8s::capi::{choose, ApiChoice, Mode};
 use capc_health_shim::k8s::watched::ConditionReader;
 use capc_health_shim::metrics::Metrics;
+use capi_model::apis::{choose, ApiChoice, Mode};
 use clap::Parser;
 use cloudstack_sim::{self as sim, SimServer, Simulator};
 use kube::api::{
@@ -547,7 +547,7 @@ pub fn capi_1_13() -> bool {
 /// Whether the fixture's API server made the shim pick annotate mode; asserts that this is
 /// what the CRD profile under test implies (CAPI 1.9: annotate, 1.13: condition).
 pub fn annotate_mode(f: &Fixture) -> bool {
-    let annotate = f.choice.mode == capc_health_shim::k8s::capi::Mode::Annotate;
+    let annotate = f.choice.mode == capi_model::apis::Mode::Annotate;
     assert_eq!(annotate, !capi_1_13(), "profile {}", profile());
     annotate
 }

@@ -2,24 +2,10 @@
 //! (MHC's timeouts count from it), and an unchanged condition is not rewritten.
 
 use jiff::Timestamp;
-use serde::Serialize;
 
 use super::{Status, Verdict};
 
-/// The default condition type on the Machine.
-pub const DEFAULT_CONDITION_TYPE: &str = "CloudStackVMHealthy";
-
-/// A Machine condition as the shim publishes it (no Kubernetes types here).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ConditionState {
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub status: Status,
-    pub reason: String,
-    pub message: String,
-    #[serde(rename = "lastTransitionTime")]
-    pub last_transition_time: Timestamp,
-}
+pub use capi_model::condition::{whole_seconds, ConditionState, DEFAULT_CONDITION_TYPE};
 
 /// The condition to publish for `verdict`, given the one currently on the Machine.
 pub fn next_condition(
@@ -39,12 +25,6 @@ pub fn next_condition(
         message: verdict.message.clone(),
         last_transition_time,
     }
-}
-
-/// Kubernetes stores condition times with second precision; so does the shim, so that a
-/// condition read back from the API server equals the one it computed.
-pub fn whole_seconds(t: Timestamp) -> Timestamp {
-    Timestamp::from_second(t.as_second()).unwrap_or(t)
 }
 
 /// Whether publishing `next` over `previous` would change nothing.

@@ -11,10 +11,11 @@
 //!   benches share.
 //! - [`condition`]: turning verdicts into a condition whose `lastTransitionTime` only moves
 //!   when the status flips.
-//! - [`capi`]: served Cluster API / CAPC versions → condition layout and remediation mode.
-//! - [`machine_condition`]: our condition entry read from, and written into, a Machine's JSON.
+//!
+//! What Cluster API and CAPC objects are (served versions, the condition entry and its apply
+//! body, well-known labels) is the `capi-model` crate's; the condition's [`Status`] and
+//! [`ConditionState`] come from there.
 
-pub mod capi;
 pub mod collector;
 pub mod condition;
 pub mod decide;
@@ -22,7 +23,6 @@ pub mod engine;
 pub mod graces;
 pub mod guard;
 pub mod history;
-pub mod machine_condition;
 pub mod probe;
 pub mod standing;
 pub mod traffic;
@@ -30,45 +30,16 @@ pub mod traffic;
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
-
 use jiff::Timestamp;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+pub use capi_model::{ConditionState, Status};
 pub use collector::{mark_paused_collections, PausedCollection};
-pub use condition::ConditionState;
 pub use decide::{decide, Decision, Evidence, Subject};
 pub use engine::{evaluate, MachineFacts};
 pub use graces::Graces;
 pub use guard::{GuardOutcome, MassFailureGuard, ScopeMember};
 pub use history::{PollOutcome, StatsServer, VmHistory};
-
-/// The condition status the shim publishes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Status {
-    /// Evidence of health.
-    True,
-    /// Evidence of failure: the Machine should be recycled.
-    False,
-    /// The shim cannot tell; must never cause a recycle.
-    Unknown,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::True => "True",
-            Status::False => "False",
-            Status::Unknown => "Unknown",
-        }
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Condition reasons. Constants so that metrics, Events and docs share one spelling.
 pub mod reason {

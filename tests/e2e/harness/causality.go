@@ -8,7 +8,7 @@ import (
 )
 
 // ShimFieldManager is the field manager the shim writes with (its condition by server-side
-// apply, the remediate annotation by a merge patch): crates/verdict/src/machine_condition.rs.
+// apply, the remediate annotation by a merge patch): crates/capi-model/src/condition.rs.
 const ShimFieldManager = "capc-health-shim"
 
 // The speed bound of every shim row that must recycle a faulty Machine (issue 27), in one place.

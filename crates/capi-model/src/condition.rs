@@ -1,12 +1,62 @@
-//! The shim's condition on a Machine: reading it back from whichever layout the served API
-//! uses, and the server-side-apply body that writes exactly one entry of the metav1 map list
-//! (CAPI-owned entries are never part of the patch).
+//! The shim's condition on a Machine: its status and entry, reading it back from whichever
+//! layout the served API uses, and the server-side-apply body that writes exactly one entry of
+//! the metav1 map list (CAPI-owned entries are never part of the patch).
 
+use std::fmt;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::capi::ConditionLayout;
-use crate::condition::whole_seconds;
-use crate::{ConditionState, Status};
+use crate::apis::ConditionLayout;
+
+/// The default condition type on the Machine.
+pub const DEFAULT_CONDITION_TYPE: &str = "CloudStackVMHealthy";
+
+/// The condition status the shim publishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Status {
+    /// Evidence of health.
+    True,
+    /// Evidence of failure: the Machine should be recycled.
+    False,
+    /// The shim cannot tell; must never cause a recycle.
+    Unknown,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A Machine condition as the shim publishes it (no Kubernetes types here).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConditionState {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: Status,
+    pub reason: String,
+    pub message: String,
+    #[serde(rename = "lastTransitionTime")]
+    pub last_transition_time: Timestamp,
+}
+
+/// Kubernetes stores condition times with second precision; so does the shim, so that a
+/// condition read back from the API server equals the one it computed.
+pub fn whole_seconds(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
 
 /// The field manager of every write the shim makes.
 pub const FIELD_MANAGER: &str = "capc-health-shim";
@@ -80,18 +130,17 @@ pub fn apply_body(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::condition::next_condition;
-    use crate::{reason, Verdict};
 
     #[test]
     fn the_apply_body_holds_only_our_entry_in_the_right_place() {
-        let now: jiff::Timestamp = "2026-11-30T06:00:00.123Z".parse().unwrap();
-        let c = next_condition(
-            None,
-            "CloudStackVMHealthy",
-            &Verdict::new(Status::False, reason::VM_ERROR, "e"),
-            now,
-        );
+        let now: Timestamp = "2026-11-30T06:00:00.123Z".parse().unwrap();
+        let c = ConditionState {
+            type_: DEFAULT_CONDITION_TYPE.into(),
+            status: Status::False,
+            reason: "VMError".into(),
+            message: "e".into(),
+            last_transition_time: now,
+        };
         let b = apply_body(ConditionLayout::V1Beta1WithV1Beta2Conditions, "ns", "m", &c);
         assert_eq!(b["apiVersion"], "cluster.x-k8s.io/v1beta1");
         let list = b

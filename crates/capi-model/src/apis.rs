@@ -6,9 +6,7 @@ use std::fmt;
 use thiserror::Error;
 
 /// How the shim gets a `False` Machine recycled.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// CAPI 1.7–1.11: after the escalation delay, set `cluster.x-k8s.io/remediate-machine`.

@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 
 use clap::Args;
 
-use crate::check::OutputFormat;
+use crate::cli::status::{cell, table, time, ShimConnection};
+use crate::cli::OutputFormat;
 use crate::status::{OrphanReport, StatusReport};
-use crate::status_cmd::{cell, table, time, ShimConnection};
 
 #[derive(Debug, Clone, Args)]
 pub struct OrphansArgs {

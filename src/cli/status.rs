@@ -12,8 +12,8 @@ use std::time::Duration;
 use clap::Args;
 use jiff::{SignedDuration, Timestamp};
 
-use crate::check::OutputFormat;
 use crate::cli::parse_duration;
+use crate::cli::OutputFormat;
 use crate::status::{MachineReport, StatusReport};
 
 pub use self::client::{
@@ -307,7 +307,7 @@ pub fn render_human(r: &StatusReport) -> String {
         out.push_str(&probe_line(p));
     }
     out.push('\n');
-    out.push_str(&crate::orphans::cmd::render_table(r));
+    out.push_str(&crate::cli::orphans::render_table(r));
     out
 }
 

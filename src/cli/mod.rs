@@ -1,10 +1,25 @@
-//! Command-line flags shared by the subcommands. Every grace of the verdict table is a flag
-//! of both `check` and (later) `run`, with the same names and defaults.
+//! The command line: flags shared by the subcommands (every grace of the verdict table is a
+//! flag of both `check` and `run`, with the same names and defaults), and the commands that
+//! read a running shim's `/status`:
+//!
+//! - [`status`]: `capc-health-shim status --url URL`, for humans.
+//! - [`orphans`]: `capc-health-shim orphans --url URL`, the VMs it reports with the commands
+//!   that would remove them (never run).
 
-use clap::Args;
+pub mod orphans;
+pub mod status;
+
+use clap::{Args, ValueEnum};
 use jiff::SignedDuration;
 
 use crate::verdict::{Graces, MassFailureGuard};
+
+/// How a command prints what it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
 
 /// The longest duration any flag takes: longer is "never" in practice, and every sum of a
 /// timestamp and flag durations (graces × polls, intervals × samples) stays far inside jiff's
