@@ -10,7 +10,7 @@ use super::cycle::{Controller, CycleSummary};
 use super::decide::Decided;
 use super::gather::Gathered;
 use super::targets::{Target, TargetProblem};
-use crate::status::{ClusterReport, FailureDomainReport, MachineReport};
+use crate::status::{ClusterReport, FailureDomainReport, MachineReport, StatusReport};
 use crate::verdict::{ConditionState, Status};
 
 impl Controller {
@@ -45,20 +45,24 @@ impl Controller {
         }
         self.metrics.set_verdict_counts(&verdict_counts(&clusters));
         let failure_domains = failure_domains(&clusters);
-        let mut r = self.report.write().await;
-        r.generated_at = Some(now);
-        r.api = Some(self.api.clone());
-        r.problems = summary.problems.clone();
-        r.clusters = clusters;
-        r.scopes = self
-            .scopes
-            .values()
-            .filter(|s| s.in_use)
-            .map(|s| s.report.clone())
-            .collect();
-        r.failure_domains = failure_domains;
-        r.probe = self.probe_report();
-        (r.orphans, r.orphan_detection) = self.orphan_report();
+        let (orphans, orphan_detection) = self.orphan_report();
+        let mut r = StatusReport {
+            generated_at: Some(now),
+            api: Some(self.api.clone()),
+            problems: summary.problems.clone(),
+            clusters,
+            scopes: self
+                .scopes
+                .values()
+                .filter(|s| s.in_use)
+                .map(|s| s.report.clone())
+                .collect(),
+            failure_domains,
+            probe: self.probe_report(),
+            orphans,
+            orphan_detection,
+            ..Default::default()
+        };
         // Series of scopes that are gone (past their retention) and of deleted Clusters go too.
         let scopes: std::collections::BTreeSet<String> = self.scopes.keys().cloned().collect();
         let clusters = self
@@ -77,9 +81,8 @@ impl Controller {
                     .map(|why| format!("guest probe off: CloudStack refused its key ({why})")),
             );
         }
-        drop(r);
-        // Once per cycle, here, so that no GET /status waits for (or repeats) the rendering.
-        self.report.render().await;
+        // Rendered before it is swapped in: no GET /status waits for (or repeats) the rendering.
+        self.report.publish(r).await;
     }
 
     fn machine_report(

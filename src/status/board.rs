@@ -3,9 +3,10 @@
 //!
 //! At 10 000 Machines the document is ~4.7 MB; cloning and serializing it for every GET cost
 //! tens of milliseconds each and a copy of the report per concurrent reader. Here a change
-//! ([`StatusBoard::write`]) marks the rendering stale, the controller renders it once at the end
-//! of its cycle ([`StatusBoard::render`]), and every GET until the next change sends the same
-//! shared bytes (gzip made once, on the first request that accepts it). Smaller views
+//! ([`StatusBoard::write`]) marks the rendering stale (the next GET renders it), a cycle's report
+//! comes with its rendering ([`StatusBoard::publish`]), and every GET until the next change sends the same
+//! shared bytes (gzip made once, on the first request that accepts it); the controller's
+//! [`StatusBoard::publish`] renders before it swaps, so no GET waits for it. Smaller views
 //! (`?cluster=`, `?problems=true`) are cut from the report on request: their cost is that of
 //! the part asked for, plus a walk over the Machines for `problems`.
 
@@ -112,10 +113,29 @@ impl StatusBoard {
         r
     }
 
-    /// Renders the report now (the controller, at the end of its cycle), so no request
-    /// waits for it.
-    pub async fn render(&self) {
-        let _ = self.rendered().await;
+    /// A cycle's whole report (the controller's): rendered first, outside every lock, then
+    /// swapped in together with its rendering, so a GET never waits for a rendering and never
+    /// sees a half-made one. What the process says of itself (`version`, `leader`, `ready`)
+    /// is kept from the current report; should it change meanwhile, the rendering is redone.
+    pub async fn publish(&self, mut next: StatusReport) {
+        loop {
+            let own = |r: &StatusReport| (r.version.clone(), r.leader, r.ready);
+            (next.version, next.leader, next.ready) = own(&*self.report.read().await);
+            let json = Bytes::from(serde_json::to_vec(&next).unwrap_or_default());
+            let mut current = self.report.write().await;
+            if own(&current) != own(&next) {
+                continue;
+            }
+            *current = next;
+            let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+            *self.rendered.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Rendered {
+                generation,
+                json,
+                gzip: OnceLock::new(),
+                etag: format!("W/\"{:x}-{generation}\"", self.epoch),
+            }));
+            return;
+        }
     }
 
     /// The ETag of views cut from the current report (`?cluster=`, `?problems=`).
@@ -351,6 +371,28 @@ mod tests {
                 .problems,
             ["new"]
         );
+    }
+
+    #[tokio::test]
+    async fn a_published_report_comes_rendered_and_keeps_what_the_process_says_of_itself() {
+        let board = StatusBoard::new(StatusReport {
+            version: "1.2.3".into(),
+            leader: true,
+            ready: true,
+            ..Default::default()
+        });
+        let before = board.rendered().await;
+        board.publish(report()).await;
+        // Rendered by publish: a GET takes it from the cache, with a new generation.
+        let cached = board.cached().expect("publish leaves a rendering");
+        assert!(cached.generation > before.generation);
+        let back: StatusReport = serde_json::from_slice(&board.rendered().await.json).unwrap();
+        assert_eq!(back.clusters, report().clusters);
+        assert_eq!(
+            (back.version.as_str(), back.leader, back.ready),
+            ("1.2.3", true, true)
+        );
+        assert_eq!(*board.read().await, back);
     }
 
     #[test]
