@@ -2,13 +2,13 @@
 //! rendered once per change instead of once per request.
 //!
 //! At 10 000 Machines the document is ~4.7 MB; cloning and serializing it for every GET cost
-//! tens of milliseconds each and a copy of the report per concurrent reader. Here a change
-//! ([`StatusBoard::write`]) marks the rendering stale (the next GET renders it), a cycle's report
-//! comes with its rendering ([`StatusBoard::publish`]), and every GET until the next change sends the same
-//! shared bytes (gzip made once, on the first request that accepts it); the controller's
-//! [`StatusBoard::publish`] renders before it swaps, so no GET waits for it. Smaller views
-//! (`?cluster=`, `?problems=true`) are cut from the report on request: their cost is that of
-//! the part asked for, plus a walk over the Machines for `problems`.
+//! tens of milliseconds each and a copy of the report per concurrent reader. Here a cycle's
+//! report comes with its rendering ([`StatusBoard::publish`]: rendered first, then swapped in,
+//! so no GET waits for it); any other change ([`StatusBoard::write`]) marks the rendering stale
+//! and the next GET renders it. Every GET until the next change sends the same shared bytes
+//! (gzip made once, on the first request that accepts it). Smaller views (`?cluster=`,
+//! `?problems=true`) are cut from the report on request: their cost is that of the part asked
+//! for, plus a walk over the Machines for `problems`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -102,15 +102,8 @@ impl StatusBoard {
         if let Some(r) = self.cached().filter(|r| r.generation == generation) {
             return r;
         }
-        let json = serde_json::to_vec(&*report).unwrap_or_default();
-        let r = Arc::new(Rendered {
-            generation,
-            json: Bytes::from(json),
-            gzip: OnceLock::new(),
-            etag: format!("W/\"{:x}-{generation}\"", self.epoch),
-        });
-        *self.rendered.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.clone());
-        r
+        let json = Bytes::from(serde_json::to_vec(&*report).unwrap_or_default());
+        self.keep(generation, json)
     }
 
     /// A cycle's whole report (the controller's): rendered first, outside every lock, then
@@ -128,12 +121,7 @@ impl StatusBoard {
             }
             *current = next;
             let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-            *self.rendered.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(Rendered {
-                generation,
-                json,
-                gzip: OnceLock::new(),
-                etag: format!("W/\"{:x}-{generation}\"", self.epoch),
-            }));
+            self.keep(generation, json);
             return;
         }
     }
@@ -145,6 +133,18 @@ impl StatusBoard {
             self.epoch,
             self.generation.load(Ordering::SeqCst)
         )
+    }
+
+    /// `json` as the rendering of `generation`, kept for the GETs until the next change.
+    fn keep(&self, generation: u64, json: Bytes) -> Arc<Rendered> {
+        let r = Arc::new(Rendered {
+            generation,
+            json,
+            gzip: OnceLock::new(),
+            etag: format!("W/\"{:x}-{generation}\"", self.epoch),
+        });
+        *self.rendered.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.clone());
+        r
     }
 
     fn cached(&self) -> Option<Arc<Rendered>> {
