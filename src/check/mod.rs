@@ -13,7 +13,7 @@ use crate::cli::{duration_in, to_std, GraceArgs, ProbeArgs};
 use crate::cloudstack::client::{CloudStackClient, VmListQuery};
 use crate::cloudstack::error::CloudStackError;
 use crate::probe::{Prober, ScopeHistories, StepOutcome};
-use crate::scope::ScopeObserver;
+use crate::scope::{Scope, ScopeObserver};
 use crate::status::ProbeReport;
 use crate::verdict::condition::{ConditionState, DEFAULT_CONDITION_TYPE};
 use crate::verdict::probe::ProbeGraces;
@@ -141,12 +141,9 @@ pub struct PollReport {
 
 /// The state `check` and `demo` keep between polls of one scope.
 pub struct Checker {
-    client: CloudStackClient,
-    query: VmListQuery,
-    observer: ScopeObserver,
+    scope: Scope,
     graces: Graces,
     guard: MassFailureGuard,
-    usage_history: bool,
     conditions: BTreeMap<String, ConditionState>,
     previous: Vec<(String, Status, String)>,
     stable_since: Option<Timestamp>,
@@ -169,12 +166,14 @@ impl Checker {
             ScopeObserver::tracking(tracked.iter().map(|id| id.to_ascii_lowercase()))
         };
         Self {
-            client,
-            query,
-            observer,
+            scope: Scope::new(
+                client,
+                query,
+                observer,
+                usage_history == UsageHistoryMode::Auto,
+            ),
             graces,
             guard,
-            usage_history: usage_history == UsageHistoryMode::Auto,
             conditions: BTreeMap::new(),
             previous: Vec::new(),
             stable_since: None,
@@ -199,7 +198,7 @@ impl Checker {
         };
         let mut scopes = [ScopeHistories {
             scope: SCOPE,
-            histories: &mut self.observer.histories,
+            histories: &mut self.scope.observer.histories,
         }];
         prober
             .step(
@@ -225,7 +224,7 @@ impl Checker {
     }
 
     pub fn client(&self) -> &CloudStackClient {
-        &self.client
+        &self.scope.client
     }
 
     /// Stops judging a VM (its Machine is gone), as the controller drops the histories of
@@ -233,22 +232,14 @@ impl Checker {
     /// tracks every listed VM picks it up again at the next listing.)
     pub fn forget(&mut self, vm_id: &str) -> bool {
         self.conditions.remove(vm_id);
-        self.observer.histories.remove(vm_id).is_some()
+        self.scope.observer.histories.remove(vm_id).is_some()
     }
 
     /// Polls the scope once and folds the result into every VM's history.
     pub async fn poll(&mut self, now: Timestamp) -> PollReport {
-        let o = crate::scope::poll(
-            &self.client,
-            &mut self.observer,
-            &self.query,
-            &self.graces,
-            &mut self.usage_history,
-            now,
-        )
-        .await;
+        let o = self.scope.poll(&self.graces, now).await;
         crate::verdict::mark_paused_collections(
-            self.observer.histories.values_mut(),
+            self.scope.observer.histories.values_mut(),
             &self.graces,
             now,
         );
@@ -270,12 +261,12 @@ impl Checker {
     /// Asks traffic statistics only for these VMs from now on, as the controller does for
     /// Machines without a Node (`check` itself asks for every VM).
     pub fn want_stats_for(&mut self, vm_ids: impl IntoIterator<Item = String>) {
-        self.observer.stats_wanted = Some(vm_ids.into_iter().collect());
+        self.scope.observer.stats_wanted = Some(vm_ids.into_iter().collect());
     }
 
     /// The statistics cadence and semantics in force (shown by `check` on stderr).
     pub fn stats_summary(&self) -> crate::scope::StatsSummary {
-        self.observer.stats_summary(&self.graces)
+        self.scope.observer.stats_summary(&self.graces)
     }
 
     /// Judges paused stats collection over several checkers of one CloudStack together (a
@@ -287,7 +278,7 @@ impl Checker {
         crate::verdict::mark_paused_collections(
             checkers
                 .iter_mut()
-                .flat_map(|c| c.observer.histories.values_mut()),
+                .flat_map(|c| c.scope.observer.histories.values_mut()),
             &graces,
             now,
         );
@@ -297,13 +288,13 @@ impl Checker {
     /// ([`crate::verdict::decide`]: evaluate → mass-failure guard → condition), with stable
     /// transition times. `check` sees VMs, not Machines: no Node, not deleting.
     pub fn verdicts(&mut self, now: Timestamp) -> Vec<VmReport> {
-        let mut ids: Vec<&String> = self.observer.histories.keys().collect();
+        let mut ids: Vec<&String> = self.scope.observer.histories.keys().collect();
         ids.sort();
         let subjects: Vec<Subject> = ids
             .iter()
             .map(|id| Subject {
                 scope: Some(SCOPE),
-                evidence: Evidence::Observed(&self.observer.histories[*id]),
+                evidence: Evidence::Observed(&self.scope.observer.histories[*id]),
                 facts: MachineFacts::default(),
                 published: self.conditions.get(*id),
             })
@@ -316,7 +307,7 @@ impl Checker {
             let (Some(verdict), Some(condition)) = (verdict, condition) else {
                 continue;
             };
-            let h = &self.observer.histories[*id];
+            let h = &self.scope.observer.histories[*id];
             out.push(VmReport {
                 vm_id: (*id).clone(),
                 name: h

@@ -92,7 +92,7 @@ impl Controller {
             let Some(history) = self
                 .scopes
                 .get_mut(key)
-                .and_then(|s| s.observer.histories.get_mut(id))
+                .and_then(|s| s.polled.observer.histories.get_mut(id))
             else {
                 continue;
             };
@@ -114,7 +114,7 @@ impl Controller {
                 let scope = g.scope_key(t);
                 let history = scope
                     .zip(t.instance_id.as_ref())
-                    .and_then(|(key, id)| self.scopes.get(key)?.observer.histories.get(id));
+                    .and_then(|(key, id)| self.scopes.get(key)?.polled.observer.histories.get(id));
                 let evidence = match (&t.problem, fixed, history) {
                     (
                         Some(TargetProblem::NoCloudStackMachine(_) | TargetProblem::NoInstanceId),
@@ -150,7 +150,7 @@ impl Controller {
         subjects: &[Subject<'_>],
         problems: &mut Vec<String>,
     ) -> BTreeMap<usize, String> {
-        let mut nodes_of: HashMap<(String, String), Option<Vec<serde_json::Value>>> =
+        let mut nodes_of: HashMap<(String, String), Option<Vec<k8s_openapi::api::core::v1::Node>>> =
             HashMap::new();
         let mut out = BTreeMap::new();
         if self.args.no_workload_node_lookup {

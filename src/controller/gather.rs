@@ -13,9 +13,10 @@ use super::cycle::{Controller, CycleSummary, Written};
 use super::kube_io;
 use super::targets::{self, EndpointRef, Objects, Target};
 use crate::cli::to_std;
+use crate::cloudstack::client::VmListQuery;
 use crate::cloudstack::client::{ClientConfig, CloudStackClient};
 use crate::k8s::watched::CloudStackMachineRecord;
-use crate::scope::{ListedVm, ScopeObserver};
+use crate::scope::{ListedVm, Scope, ScopeObserver};
 use crate::status::ScopeReport;
 use crate::verdict::{ConditionState, VmHistory};
 
@@ -24,11 +25,10 @@ use crate::verdict::{ConditionState, VmHistory};
 /// and what `/status` shows of it. Secrets that carry the same credentials share one scope;
 /// different keys (another tenant, or a broken key) get scopes of their own.
 pub(super) struct ScopeState {
-    pub client: CloudStackClient,
-    pub observer: ScopeObserver,
-    pub usage_history: bool,
+    /// The scope as polled (client, listing, VM histories): the type `check` uses too.
+    pub polled: Scope,
     pub report: ScopeReport,
-    /// The project and zone its listing is filtered by.
+    /// The endpoint (Secret, project, zone) it was made for.
     pub endpoint: EndpointRef,
     /// Some Machine of this cycle is polled through this scope.
     pub in_use: bool,
@@ -164,8 +164,8 @@ impl Controller {
         // Every endpoint that shares a scope adds its VMs: one listing serves them all.
         for (key, w) in wants {
             let scope = self.scopes.get_mut(&key).expect("scope_for keeps it");
-            track_exactly(&mut scope.observer, &w.ids);
-            scope.observer.stats_wanted = Some(w.stats_wanted);
+            track_exactly(&mut scope.polled.observer, &w.ids);
+            scope.polled.observer.stats_wanted = Some(w.stats_wanted);
             scope.report.secrets = w.secrets.into_iter().collect();
         }
         self.endpoints.retain(|e, _| by_endpoint.contains_key(e));
@@ -234,14 +234,14 @@ impl Controller {
             // whatever zone or project a scope lists.
             let account = account_of(&key);
             if let Some(other) = self.scopes.iter().find(|(k, _)| account_of(k) == account) {
-                client = client.sharing_rate_limit(&other.1.client);
+                client = client.sharing_rate_limit(&other.1.polled.client);
             }
             // A rotated key gets a scope of its own, but keeps the histories its endpoint had:
             // a rotation must not restart every grace.
             let previous = self.endpoints.get(endpoint).map(|m| m.scope.clone());
             let mut observer = previous
                 .and_then(|old| self.scopes.get(&old))
-                .map(|s| s.observer.clone())
+                .map(|s| s.polled.observer.clone())
                 .unwrap_or_else(|| ScopeObserver::tracking(Vec::new()));
             observer.keep_listing = self.orphans.is_some();
             let report = ScopeReport {
@@ -252,9 +252,7 @@ impl Controller {
             self.scopes.insert(
                 key.clone(),
                 ScopeState {
-                    client,
-                    observer,
-                    usage_history: true,
+                    polled: Scope::new(client, listing_query(endpoint), observer, true),
                     report,
                     endpoint: endpoint.clone(),
                     in_use: true,
@@ -344,6 +342,24 @@ fn current_condition<'a>(
     }
 }
 
+/// The listing of an endpoint's scope: its zone, and its project — a project name cannot be
+/// sent as `projectid`, so then every project the key sees (`-1`) is listed and matched by VM
+/// id, which is what decides anyway.
+fn listing_query(endpoint: &EndpointRef) -> VmListQuery {
+    VmListQuery {
+        project_id: endpoint
+            .project
+            .clone()
+            .map(|p| if is_uuid(&p) { p } else { "-1".to_string() }),
+        zone_id: endpoint.zone_id.clone(),
+        ..Default::default()
+    }
+}
+
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36 && uuid::Uuid::try_parse(s).is_ok()
+}
+
 /// Tracks exactly `ids` in `observer`: new ones get an empty history, gone ones are dropped.
 fn track_exactly(observer: &mut ScopeObserver, ids: &BTreeSet<String>) {
     observer.histories.retain(|id, _| ids.contains(id));
@@ -359,6 +375,29 @@ fn track_exactly(observer: &mut ScopeObserver, ids: &BTreeSet<String>) {
 mod tests {
     use super::*;
     use crate::verdict::{reason, Status};
+
+    #[test]
+    fn a_project_name_lists_every_project_and_a_uuid_is_sent_as_is() {
+        let endpoint = |project: Option<&str>| EndpointRef {
+            secret_namespace: "ns".into(),
+            secret_name: "s".into(),
+            project: project.map(str::to_string),
+            zone_id: Some("z1".into()),
+        };
+        let id = "1d8d87d4-1425-459c-8d81-c6f57dca2bd2";
+        let q = listing_query(&endpoint(Some(id)));
+        assert_eq!(
+            (q.project_id.as_deref(), q.zone_id.as_deref()),
+            (Some(id), Some("z1"))
+        );
+        assert_eq!(
+            listing_query(&endpoint(Some("team-a")))
+                .project_id
+                .as_deref(),
+            Some("-1")
+        );
+        assert_eq!(listing_query(&endpoint(None)).project_id, None);
+    }
 
     fn condition(status: Status, reason: &'static str) -> ConditionState {
         ConditionState {

@@ -120,9 +120,9 @@ pub async fn discover(client: &Client) -> (ServedApis, Vec<String>) {
         .get_opt("machinehealthchecks.cluster.x-k8s.io")
         .await
     {
-        Ok(Some(crd)) => serde_json::to_string(&crd.spec.versions)
-            .map(|s| s.contains("unhealthyMachineConditions"))
-            .unwrap_or(false),
+        Ok(Some(crd)) => {
+            crate::k8s::objects::crd_declares_spec_field(&crd, "unhealthyMachineConditions")
+        }
         Ok(None) => false,
         Err(e) => {
             problems.push(format!(
@@ -477,7 +477,7 @@ pub async fn workload_nodes(
     namespace: &str,
     cluster: &str,
     timeout: Duration,
-) -> Result<Vec<Value>, KubeError> {
+) -> Result<Vec<k8s_openapi::api::core::v1::Node>, KubeError> {
     let secret = format!("{cluster}-kubeconfig");
     let data = secret_data(client, namespace, &secret, timeout).await?;
     let unusable = |message: String| KubeError::Unusable {
@@ -513,9 +513,5 @@ pub async fn workload_nodes(
             .map_err(|e| KubeError::from_kube(what.clone(), &e))
     })
     .await?;
-    Ok(list
-        .items
-        .iter()
-        .filter_map(|n| serde_json::to_value(n).ok())
-        .collect())
+    Ok(list.items)
 }

@@ -10,7 +10,6 @@ use tracing::Instrument;
 
 use super::cycle::Controller;
 use super::gather::ScopeState;
-use crate::cloudstack::client::VmListQuery;
 use crate::scope::ScopePoll;
 use crate::verdict::{Graces, VmHistory};
 
@@ -18,27 +17,6 @@ use crate::verdict::{Graces, VmHistory};
 /// calls into an outage or a 429 storm (each poll retries already), without going blind for long.
 pub fn backoff_intervals(failed: u32) -> i32 {
     1 << failed.saturating_sub(1).min(2)
-}
-
-fn is_uuid(s: &str) -> bool {
-    s.len() == 36 && uuid::Uuid::try_parse(s).is_ok()
-}
-
-/// The listing of a scope: its zone, and its project — a project name cannot be sent as
-/// `projectid`, so then every project the key sees (`-1`) is listed and matched by VM id,
-/// which is what decides anyway.
-fn query_of(scope: &ScopeState) -> VmListQuery {
-    VmListQuery {
-        project_id: scope.endpoint.project.clone().map(|p| {
-            if is_uuid(&p) {
-                p
-            } else {
-                "-1".to_string()
-            }
-        }),
-        zone_id: scope.endpoint.zone_id.clone(),
-        ..Default::default()
-    }
 }
 
 /// Scopes polled at once: one slow or unreachable CloudStack must not hold up the others.
@@ -62,18 +40,20 @@ impl Controller {
         stream::iter(due)
             .for_each_concurrent(CONCURRENT_POLLS, |(key, scope)| async move {
                 let started = std::time::Instant::now();
-                let calls_before = scope.client.stats();
-                let query = query_of(scope);
-                let polled = tokio::time::timeout(deadline, poll_scope(scope, &query, graces, now))
+                let calls_before = scope.polled.client.stats();
+                let polled = tokio::time::timeout(deadline, poll_scope(scope, graces, now))
                     .instrument(tracing::info_span!("scope_poll", scope = %key))
                     .await;
                 if polled.is_err() {
                     let why = format!("the poll did not finish within {}s", deadline.as_secs_f64());
-                    scope.observer.record(ScopePoll::Failed(&why), now, graces);
+                    scope
+                        .polled
+                        .observer
+                        .record(ScopePoll::Failed(&why), now, graces);
                     record_failure(scope, why, graces, now);
                 }
                 metrics.observe_poll(key, started.elapsed().as_secs_f64());
-                let after = scope.client.stats();
+                let after = scope.polled.client.stats();
                 for ((command, outcome), n) in &after.by_command {
                     let before = calls_before
                         .by_command
@@ -101,7 +81,7 @@ impl Controller {
             by_cloud
                 .entry(scope.report.api_url.clone())
                 .or_default()
-                .extend(scope.observer.histories.values_mut());
+                .extend(scope.polled.observer.histories.values_mut());
         }
         for (api_url, histories) in by_cloud {
             for p in crate::verdict::mark_paused_collections(histories, &self.graces, now) {
@@ -118,19 +98,11 @@ impl Controller {
     }
 }
 
-async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces, now: Timestamp) {
+async fn poll_scope(scope: &mut ScopeState, graces: &Graces, now: Timestamp) {
     let was_failing = scope.report.last_error.is_some();
     scope.report.last_poll = Some(now);
-    let o = crate::scope::poll(
-        &scope.client,
-        &mut scope.observer,
-        query,
-        graces,
-        &mut scope.usage_history,
-        now,
-    )
-    .await;
-    scope.report.stats = Some(scope.observer.stats_summary(graces));
+    let o = scope.polled.poll(graces, now).await;
+    scope.report.stats = Some(scope.polled.observer.stats_summary(graces));
     // Only a complete listing can show that a VM is owned by nothing.
     scope.listing = o.listed.filter(|_| o.complete && o.listing_error.is_none());
     scope.report.stats_vms_asked = o.stats_vms_asked;
@@ -170,7 +142,7 @@ async fn poll_scope(scope: &mut ScopeState, query: &VmListQuery, graces: &Graces
     if let Some(note) = &o.usage_history_note {
         tracing::debug!(note = %note, "usage history");
     }
-    let stats = scope.client.stats();
+    let stats = scope.polled.client.stats();
     scope.report.calls_total = stats.calls;
     scope.report.calls = stats
         .by_command
@@ -208,11 +180,5 @@ mod tests {
         let waits: Vec<i32> = (0..7).map(backoff_intervals).collect();
         assert_eq!(waits, [1, 1, 2, 4, 4, 4, 4]);
         assert_eq!(backoff_intervals(u32::MAX), 4);
-    }
-
-    #[test]
-    fn only_a_uuid_is_sent_as_a_project_id() {
-        assert!(is_uuid("1d8d87d4-1425-459c-8d81-c6f57dca2bd2"));
-        assert!(!is_uuid("team-a"));
     }
 }

@@ -107,12 +107,12 @@ impl Controller {
         let facts = &self.probing.facts;
         let mut covered: Vec<ScopeHistories<'_>> = Vec::new();
         for (key, scope) in self.scopes.iter_mut() {
-            if !scope.in_use || !prober.covers(scope.client.api_url()) {
+            if !scope.in_use || !prober.covers(scope.polled.client.api_url()) {
                 continue;
             }
             covered.push(ScopeHistories {
                 scope: key,
-                histories: &mut scope.observer.histories,
+                histories: &mut scope.polled.observer.histories,
             });
         }
         let lookup = |vm: &str| facts.get(vm).cloned();

@@ -97,7 +97,7 @@ impl Controller {
             .as_ref()
             .and_then(|k| self.scopes.get(k))
             .zip(t.instance_id.as_ref())
-            .and_then(|(s, id)| s.observer.histories.get(id))
+            .and_then(|(s, id)| s.polled.observer.histories.get(id))
             .and_then(|h| h.sighting.as_ref())
             .map(|s| s.state.to_string());
         let mut report = MachineReport {

@@ -1,9 +1,17 @@
-//! Reading the foreign objects the shim watches (Machines, MachineHealthChecks, Nodes) as
-//! JSON, tolerantly: CAPI and CAPC own these schemas, and a field the shim does not expect must
-//! never make a Machine unreadable. Pure functions over `serde_json::Value`.
+//! Reading the foreign objects the shim watches (Machines, MachineHealthChecks) as JSON,
+//! tolerantly: CAPI and CAPC own these schemas, and a field the shim does not expect must never
+//! make a Machine unreadable. Selectors are parsed once into kube's `Selector`; Nodes (a core
+//! kind) are read typed. Pure functions.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
+use serde::Deserialize;
 use serde_json::Value;
 
 use capi_model::well_known;
@@ -94,52 +102,12 @@ impl MachineView {
     }
 }
 
-/// Whether a label selector (`matchLabels` + `matchExpressions`) selects `labels`.
-/// An unreadable selector selects nothing (the safe answer for remediation coverage).
-pub fn selector_matches(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
-    if !selector.is_object() {
-        return false;
-    }
-    if let Some(ml) = selector.get("matchLabels") {
-        let Some(ml) = ml.as_object() else {
-            return false;
-        };
-        for (k, v) in ml {
-            if labels.get(k).map(String::as_str) != v.as_str() {
-                return false;
-            }
-        }
-    }
-    if let Some(exprs) = selector.get("matchExpressions") {
-        let Some(exprs) = exprs.as_array() else {
-            return false;
-        };
-        for e in exprs {
-            let (Some(key), Some(op)) = (
-                e.get("key").and_then(Value::as_str),
-                e.get("operator").and_then(Value::as_str),
-            ) else {
-                return false;
-            };
-            let values: Vec<&str> = e
-                .get("values")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let have = labels.get(key).map(String::as_str);
-            let ok = match op {
-                "In" => have.is_some_and(|h| values.contains(&h)),
-                "NotIn" => have.is_none_or(|h| !values.contains(&h)),
-                "Exists" => have.is_some(),
-                "DoesNotExist" => have.is_none(),
-                _ => false,
-            };
-            if !ok {
-                return false;
-            }
-        }
-    }
-    true
+/// A MachineHealthCheck's `spec.selector` as kube's [`Selector`], parsed once per watch event.
+/// `None` when it is missing or does not parse (not an object, an unknown operator, `In`
+/// without values): such a selector selects nothing, the safe answer for remediation coverage.
+pub fn parse_selector(v: Option<&Value>) -> Option<Selector> {
+    let selector = LabelSelector::deserialize(v?).ok()?;
+    Selector::try_from(selector).ok()
 }
 
 /// Whether the MachineHealthCheck `mhc` covers `machine` (same namespace and cluster, selector
@@ -148,27 +116,57 @@ pub fn mhc_covers(mhc: &HealthCheckRecord, machine: &MachineView) -> bool {
     mhc.namespace == machine.namespace
         && mhc.cluster_name.as_deref() == Some(machine.cluster_name.as_str())
         && !mhc.paused
-        && selector_matches(&mhc.selector, &machine.labels)
+        && mhc
+            .selector
+            .as_ref()
+            .is_some_and(|s| s.matches(&machine.labels))
+}
+
+/// Whether any served version of `crd` declares `field` somewhere under `spec` (at any depth
+/// of its properties or list items): a walk over the schema's property names, so a description
+/// that merely mentions the field does not count.
+pub fn crd_declares_spec_field(crd: &CustomResourceDefinition, field: &str) -> bool {
+    fn declares(schema: &JSONSchemaProps, field: &str) -> bool {
+        let in_properties = schema
+            .properties
+            .iter()
+            .flatten()
+            .any(|(name, child)| name == field || declares(child, field));
+        let in_items = match &schema.items {
+            Some(JSONSchemaPropsOrArray::Schema(item)) => declares(item, field),
+            Some(JSONSchemaPropsOrArray::Schemas(items)) => {
+                items.iter().any(|i| declares(i, field))
+            }
+            None => false,
+        };
+        in_properties || in_items
+    }
+    crd.spec
+        .versions
+        .iter()
+        .filter(|v| v.served)
+        .filter_map(|v| v.schema.as_ref()?.open_api_v3_schema.as_ref())
+        .filter_map(|root| root.properties.as_ref()?.get("spec"))
+        .any(|spec| declares(spec, field))
 }
 
 /// A Node of the workload cluster that belongs to this Machine's VM although the Machine has
 /// no `nodeRef`: same name as the Machine, or an InternalIP equal to one of the VM's addresses.
 pub fn matching_node<'a>(
-    nodes: &'a [Value],
+    nodes: &'a [Node],
     machine_name: &str,
     vm_addresses: &[String],
 ) -> Option<&'a str> {
     nodes.iter().find_map(|n| {
-        let name = str_at(n, "/metadata/name")?;
+        let name = n.metadata.name.as_deref()?;
         if name == machine_name {
             return Some(name);
         }
-        let addresses = n.pointer("/status/addresses").and_then(Value::as_array)?;
+        let addresses = n.status.as_ref()?.addresses.as_deref()?;
         addresses
             .iter()
-            .filter(|a| a.get("type").and_then(Value::as_str) == Some("InternalIP"))
-            .filter_map(|a| a.get("address").and_then(Value::as_str))
-            .any(|ip| vm_addresses.iter().any(|v| v == ip))
+            .filter(|a| a.type_ == "InternalIP")
+            .any(|a| vm_addresses.contains(&a.address))
             .then_some(name)
     })
 }
@@ -211,26 +209,30 @@ mod tests {
             ("b".to_string(), "2".to_string()),
         ]
         .into();
-        assert!(selector_matches(&json!({}), &labels));
-        assert!(selector_matches(
-            &json!({"matchLabels": {"a": "1"}}),
-            &labels
-        ));
-        assert!(!selector_matches(
-            &json!({"matchLabels": {"a": "2"}}),
-            &labels
-        ));
+        let selects =
+            |selector: Value| parse_selector(Some(&selector)).is_some_and(|s| s.matches(&labels));
+        assert!(selects(json!({})), "an empty selector selects everything");
+        assert!(selects(json!({"matchLabels": {"a": "1"}})));
+        assert!(!selects(json!({"matchLabels": {"a": "2"}})));
+        assert!(!selects(json!({"matchLabels": {"c": "1"}})));
         let expr = |op: &str, values: Value| json!({"matchExpressions": [{"key": "b", "operator": op, "values": values}]});
-        assert!(selector_matches(&expr("In", json!(["2", "3"])), &labels));
-        assert!(!selector_matches(&expr("NotIn", json!(["2"])), &labels));
-        assert!(selector_matches(&expr("Exists", json!([])), &labels));
-        assert!(!selector_matches(&expr("DoesNotExist", json!([])), &labels));
-        assert!(!selector_matches(&expr("Bogus", json!([])), &labels));
-        assert!(!selector_matches(
-            &json!({"matchLabels": "nonsense"}),
-            &labels
+        assert!(selects(expr("In", json!(["2", "3"]))));
+        assert!(!selects(expr("In", json!(["3"]))));
+        assert!(!selects(expr("NotIn", json!(["2"]))));
+        assert!(selects(
+            json!({"matchExpressions": [{"key": "c", "operator": "NotIn", "values": ["2"]}]})
         ));
-        assert!(!selector_matches(&Value::Null, &labels));
+        assert!(selects(expr("Exists", json!([]))));
+        assert!(!selects(expr("DoesNotExist", json!([]))));
+        // Unreadable selectors select nothing.
+        assert!(!selects(expr("Bogus", json!([]))));
+        assert!(!selects(
+            json!({"matchExpressions": [{"key": "b", "operator": "In"}]})
+        ));
+        assert!(!selects(json!({"matchLabels": "nonsense"})));
+        assert!(!selects(Value::Null));
+        assert!(!selects(json!("garbage")));
+        assert!(parse_selector(None).is_none());
     }
 
     #[test]
@@ -260,11 +262,16 @@ mod tests {
 
     #[test]
     fn a_node_matches_by_name_or_internal_ip() {
+        let node = |v: Value| -> Node { serde_json::from_value(v).unwrap() };
         let nodes = vec![
-            json!({"metadata": {"name": "other"}, "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.9"}]}}),
-            json!({"metadata": {"name": "ip-node"}, "status": {"addresses": [
+            node(
+                json!({"metadata": {"name": "other"}, "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.9"}]}}),
+            ),
+            node(
+                json!({"metadata": {"name": "ip-node"}, "status": {"addresses": [
                 {"type": "ExternalIP", "address": "10.1.1.12"}, {"type": "InternalIP", "address": "10.1.1.13"}]}}),
-            json!({"metadata": {"name": "c1-md-0-x"}}),
+            ),
+            node(json!({"metadata": {"name": "c1-md-0-x"}})),
         ];
         assert_eq!(matching_node(&nodes, "c1-md-0-x", &[]), Some("c1-md-0-x"));
         assert_eq!(
@@ -276,6 +283,59 @@ mod tests {
             None,
             "only InternalIP counts"
         );
-        assert_eq!(matching_node(&[json!(42)], "m", &[]), None);
+        assert_eq!(matching_node(&[node(json!({}))], "m", &[]), None);
+    }
+
+    #[test]
+    fn a_crd_declares_a_field_by_its_schema_not_its_descriptions() {
+        let crd = |versions: Value| -> CustomResourceDefinition {
+            serde_json::from_value(json!({
+                "metadata": {"name": "machinehealthchecks.cluster.x-k8s.io"},
+                "spec": {"group": "cluster.x-k8s.io", "scope": "Namespaced",
+                    "names": {"kind": "MachineHealthCheck", "plural": "machinehealthchecks"},
+                    "versions": versions}
+            }))
+            .unwrap()
+        };
+        let version = |name: &str, served: bool, spec: Value| {
+            json!({"name": name, "served": served, "storage": served,
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": spec}}}})
+        };
+        let field = "unhealthyMachineConditions";
+        // v1beta1 keeps it at the top of spec, v1beta2 under spec.checks.
+        let top = json!({"type": "object", "properties": {field: {"type": "array"}}});
+        let nested = json!({"type": "object", "properties": {"checks": {"type": "object", "properties": {field: {"type": "array"}}}}});
+        let in_items = json!({"type": "object", "properties": {"rules": {"type": "array", "items": {"type": "object", "properties": {field: {"type": "string"}}}}}});
+        let only_described = json!({"type": "object", "description": format!("see {field}"), "properties": {"unhealthyConditions": {"type": "array", "description": field}}});
+        assert!(crd_declares_spec_field(
+            &crd(json!([version("v1beta1", true, top)])),
+            field
+        ));
+        assert!(crd_declares_spec_field(
+            &crd(json!([version("v1beta2", true, nested.clone())])),
+            field
+        ));
+        assert!(crd_declares_spec_field(
+            &crd(json!([version("v1beta2", true, in_items)])),
+            field
+        ));
+        assert!(!crd_declares_spec_field(
+            &crd(json!([version("v1beta1", true, only_described.clone())])),
+            field
+        ));
+        assert!(
+            !crd_declares_spec_field(
+                &crd(json!([
+                    version("v1beta2", false, nested),
+                    version("v1beta1", true, only_described)
+                ])),
+                field
+            ),
+            "a version that is not served does not count"
+        );
+        assert!(!crd_declares_spec_field(
+            &crd(json!([{"name": "v1", "served": true, "storage": true}])),
+            field
+        ));
     }
 }

@@ -14,7 +14,9 @@ use jiff::Timestamp;
 use kube::runtime::reflector::Lookup;
 use serde_json::Value;
 
-use super::objects::MachineView;
+use kube::core::Selector;
+
+use super::objects::{parse_selector, MachineView};
 use crate::verdict::ConditionState;
 use capi_model::apis::ConditionLayout;
 use capi_model::condition as conditions;
@@ -186,14 +188,14 @@ impl ClusterRecord {
     }
 }
 
-/// A MachineHealthCheck: which cluster, which Machines (its selector, kept as JSON: there are
-/// few of them and CAPI owns the selector's grammar), and whether it is paused.
+/// A MachineHealthCheck: which cluster, which Machines (its selector, parsed once here; `None`
+/// when unreadable, which selects nothing), and whether it is paused.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthCheckRecord {
     pub namespace: String,
     pub name: String,
     pub cluster_name: Option<String>,
-    pub selector: Value,
+    pub selector: Option<Selector>,
     pub paused: bool,
 }
 
@@ -207,7 +209,7 @@ impl HealthCheckRecord {
                 .pointer("/spec/clusterName")
                 .and_then(Value::as_str)
                 .map(str::to_string),
-            selector: v.pointer("/spec/selector").cloned().unwrap_or(Value::Null),
+            selector: parse_selector(v.pointer("/spec/selector")),
             paused: paused_by_annotation(v),
         })
     }
@@ -258,6 +260,7 @@ keyed_by_name!(HealthCheckRecord, "MachineHealthCheck", .namespace, .name);
 mod tests {
     use super::*;
     use capi_model::well_known::{CLUSTER_NAME_LABEL, PAUSED};
+    use kube::core::SelectorExt;
     use serde_json::json;
 
     const OURS: &str = "CloudStackVMHealthy";
@@ -371,7 +374,9 @@ mod tests {
         let mhc = HealthCheckRecord::from_json(&json!({"metadata": {"name": "h", "namespace": "ns"},
             "spec": {"clusterName": "c1", "selector": {"matchLabels": {"a": "b"}}, "nodeStartupTimeout": "10m"}}))
         .unwrap();
-        assert_eq!(mhc.selector, json!({"matchLabels": {"a": "b"}}));
+        let labels = |v: &str| [("a".to_string(), v.to_string())].into();
+        let selector = mhc.selector.expect("a readable selector");
+        assert!(selector.matches(&labels("b")) && !selector.matches(&labels("c")));
         assert!(!mhc.paused);
         assert_eq!(ClusterRecord::from_json(&json!("garbage")), None);
     }

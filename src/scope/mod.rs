@@ -3,8 +3,8 @@
 //! whole batch with 431, so the scope's listing never filters by id; only the stats listing
 //! does, with ids the listing has just shown — see [`stats`]).
 //!
-//! [`ScopeObserver`] is pure; [`poll`] is the one I/O step that feeds it (used by `check`
-//! and by the controller alike).
+//! [`Scope`] is what `check` and the controller both hold per scope: its client, its listing
+//! and the [`ScopeObserver`] (pure) that the one I/O step, [`Scope::poll`], feeds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -19,6 +19,49 @@ use crate::verdict::{Graces, PollOutcome, StatsServer, VmHistory};
 mod stats;
 pub use stats::StatsSummary;
 use stats::{ask_stats, refresh_capabilities};
+
+/// One scope as it is polled: the client (with its rate limit and back-off), the listing's
+/// query, and the histories of the VMs it tracks. The controller keeps one per endpoint scope
+/// between cycles (with its own bookkeeping around it); `check` keeps one for its run.
+#[derive(Debug)]
+pub struct Scope {
+    pub client: CloudStackClient,
+    pub query: VmListQuery,
+    pub observer: ScopeObserver,
+    /// Usage history is asked while this is on; switched off for good when the server or the
+    /// role does not have the API.
+    pub usage_history: bool,
+}
+
+impl Scope {
+    pub fn new(
+        client: CloudStackClient,
+        query: VmListQuery,
+        observer: ScopeObserver,
+        usage_history: bool,
+    ) -> Self {
+        Self {
+            client,
+            query,
+            observer,
+            usage_history,
+        }
+    }
+
+    /// Polls the scope once: one paginated listing, then the usage history of the VMs whose
+    /// listing counters do not prove activity.
+    pub async fn poll(&mut self, graces: &Graces, now: Timestamp) -> ScopePollReport {
+        poll(
+            &self.client,
+            &mut self.observer,
+            &self.query,
+            graces,
+            &mut self.usage_history,
+            now,
+        )
+        .await
+    }
+}
 
 /// One poll of a scope.
 #[derive(Debug, Clone, Copy)]
@@ -208,10 +251,8 @@ pub struct ScopePollReport {
     pub listed: Option<Vec<ListedVm>>,
 }
 
-/// Polls a scope once: one paginated listing, then the usage history of the VMs whose
-/// listing counters do not prove activity. `usage_history` is switched off for good when
-/// the server or the role does not have the API.
-pub async fn poll(
+/// [`Scope::poll`], over the scope's parts.
+async fn poll(
     client: &CloudStackClient,
     observer: &mut ScopeObserver,
     query: &VmListQuery,

@@ -131,26 +131,17 @@ pub fn later(t: Timestamp, d: jiff::SignedDuration) -> Timestamp {
     })
 }
 
-/// Seconds as a short human string (`75s`, `3m20s`, `1h2m`).
+/// A duration as a short human string (`75s` → `1m15s`, `3m20s`, `1h2m`, `48h`): whole seconds,
+/// and whole minutes from an hour up; negative reads as `0s`. It is part of condition messages,
+/// so its output must stay stable (a changed message is a status write on every Machine).
 pub fn human_duration(d: jiff::SignedDuration) -> String {
+    use jiff::fmt::friendly::{Designator, Spacing, SpanPrinter};
+    const PRINTER: SpanPrinter = SpanPrinter::new()
+        .designator(Designator::Compact)
+        .spacing(Spacing::None);
     let secs = d.as_secs().max(0);
-    if secs < 60 {
-        format!("{secs}s")
-    } else if secs < 3600 {
-        let (m, s) = (secs / 60, secs % 60);
-        if s == 0 {
-            format!("{m}m")
-        } else {
-            format!("{m}m{s}s")
-        }
-    } else {
-        let (h, m) = (secs / 3600, (secs % 3600) / 60);
-        if m == 0 {
-            format!("{h}h")
-        } else {
-            format!("{h}h{m}m")
-        }
-    }
+    let secs = if secs < 3600 { secs } else { secs - secs % 60 };
+    PRINTER.duration_to_string(&jiff::SignedDuration::from_secs(secs))
 }
 
 /// A timestamp for messages: whole seconds, UTC. Messages name times rather than ages so

@@ -1205,3 +1205,30 @@ fn a_clock_at_the_end_of_time_does_not_overflow_a_grace() {
         assert_ne!(v.status, Status::False, "{v:?}");
     }
 }
+
+/// The old hand-written format, kept verbatim by the library printer: these strings are in
+/// condition messages, and a different rendering would rewrite every Machine's condition.
+#[test]
+fn durations_read_as_before() {
+    for (secs, text) in [
+        (-5, "0s"),
+        (0, "0s"),
+        (1, "1s"),
+        (59, "59s"),
+        (60, "1m"),
+        (75, "1m15s"),
+        (200, "3m20s"),
+        (3599, "59m59s"),
+        (3600, "1h"),
+        (3659, "1h"),
+        (3720, "1h2m"),
+        (86_400 + 61, "24h1m"),
+        (172_800, "48h"),
+    ] {
+        assert_eq!(
+            super::human_duration(SignedDuration::from_secs(secs)),
+            text,
+            "{secs} s"
+        );
+    }
+}
