@@ -36,7 +36,7 @@ use tokio::net::TcpListener;
 use self::auth::Authorizer;
 use self::tls::CertSource;
 use crate::metrics::{self, Metrics};
-use crate::status::board::{self, StatusBoard, StatusQuery};
+use crate::status::board::{StatusBoard, StatusQuery};
 use crate::status::StatusReport;
 
 /// How `run` serves its endpoints (flags of `run`, flattened into its flag list).
@@ -221,13 +221,12 @@ async fn status(
         }
         return (tagged, json, rendered.json.clone()).into_response();
     }
-    let report = state.report.read().await;
     let etag = state.report.etag_of_view(&q.tag());
     if matches(&etag) {
         return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
     }
-    match board::view(&report, &q) {
-        Ok(v) => ([(header::ETAG, etag)], Json(v)).into_response(),
+    match state.report.rendered_view(&q).await {
+        Ok((etag, body)) => ([(header::ETAG, etag)], json, body).into_response(),
         Err(e) => (
             StatusCode::NOT_FOUND,
             Json(serde_json::json!({"error": e.to_string()})),

@@ -10,6 +10,7 @@
 //! `?problems=true`) are cut from the report on request: their cost is that of the part asked
 //! for, plus a walk over the Machines for `problems`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -54,6 +55,9 @@ pub struct StatusBoard {
     report: RwLock<StatusReport>,
     generation: AtomicU64,
     rendered: Mutex<Option<Arc<Rendered>>>,
+    /// Views rendered for the current generation, by [`StatusQuery::tag`] (a dashboard asking
+    /// for one cluster every few seconds gets the same bytes until the next cycle).
+    views: Mutex<ViewCache>,
     /// Tells this process's ETags from an earlier one's (generations restart at 0).
     epoch: u64,
 }
@@ -74,6 +78,7 @@ impl StatusBoard {
             report: RwLock::new(report),
             generation: AtomicU64::new(0),
             rendered: Mutex::new(None),
+            views: Mutex::new(ViewCache::default()),
             epoch,
         }
     }
@@ -128,11 +133,30 @@ impl StatusBoard {
 
     /// The ETag of views cut from the current report (`?cluster=`, `?problems=`).
     pub fn etag_of_view(&self, view: &str) -> String {
-        format!(
-            "W/\"{:x}-{}-{view}\"",
-            self.epoch,
-            self.generation.load(Ordering::SeqCst)
-        )
+        self.view_etag(self.generation.load(Ordering::SeqCst), view)
+    }
+
+    fn view_etag(&self, generation: u64, view: &str) -> String {
+        format!("W/\"{:x}-{generation}-{view}\"", self.epoch)
+    }
+
+    /// The view `q` asks for, rendered (once per generation and view) with its ETag.
+    pub async fn rendered_view(&self, q: &StatusQuery) -> Result<(String, Bytes), ViewError> {
+        let report = self.report.read().await;
+        // Under the read lock no write can happen: the generation is the report's.
+        let generation = self.generation.load(Ordering::SeqCst);
+        let tag = q.tag();
+        let etag = self.view_etag(generation, &tag);
+        if let Some(json) = self.views_lock().get(generation, &tag) {
+            return Ok((etag, json));
+        }
+        let json = Bytes::from(serde_json::to_vec(&view(&report, q)?).unwrap_or_default());
+        self.views_lock().keep(generation, tag, json.clone());
+        Ok((etag, json))
+    }
+
+    fn views_lock(&self) -> std::sync::MutexGuard<'_, ViewCache> {
+        self.views.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// `json` as the rendering of `generation`, kept for the GETs until the next change.
@@ -152,6 +176,34 @@ impl StatusBoard {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+}
+
+/// Rendered views of one generation, at most [`ViewCache::MAX`] of them (the query names any
+/// cluster, so the cache is bounded; past it, views are rendered per request).
+#[derive(Debug, Default)]
+struct ViewCache {
+    generation: u64,
+    views: std::collections::HashMap<String, Bytes>,
+}
+
+impl ViewCache {
+    const MAX: usize = 64;
+
+    fn get(&self, generation: u64, tag: &str) -> Option<Bytes> {
+        (self.generation == generation)
+            .then(|| self.views.get(tag).cloned())
+            .flatten()
+    }
+
+    fn keep(&mut self, generation: u64, tag: String, json: Bytes) {
+        if self.generation != generation {
+            self.generation = generation;
+            self.views.clear();
+        }
+        if self.views.len() < Self::MAX {
+            self.views.insert(tag, json);
+        }
     }
 }
 
@@ -204,55 +256,76 @@ fn scope_needs_look(s: &ScopeReport) -> bool {
     s.last_error.is_some() || s.held || s.next_poll.is_some()
 }
 
-/// The part of `r` that `q` asks for (pure). Only the parts kept are copied.
-pub fn view(r: &StatusReport, q: &StatusQuery) -> Result<StatusReport, ViewError> {
-    let mut clusters = std::collections::BTreeMap::new();
-    let mut take = |key: &String, c: &ClusterReport| {
-        let machines: std::collections::BTreeMap<String, MachineReport> = c
+/// A view of the report: the same document shape, borrowing from the report (a view of one
+/// cluster of a 10 000-Machine fleet is rendered without copying its Machines first).
+#[derive(Debug, serde::Serialize)]
+pub struct StatusView<'a> {
+    pub version: &'a str,
+    pub generated_at: Option<jiff::Timestamp>,
+    pub leader: bool,
+    pub ready: bool,
+    pub api: Option<&'a capi_model::apis::ApiChoice>,
+    pub problems: &'a [String],
+    pub clusters: BTreeMap<&'a str, ClusterView<'a>>,
+    pub scopes: Vec<&'a ScopeReport>,
+    pub failure_domains: &'a [super::FailureDomainReport],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<&'a super::ProbeReport>,
+    pub orphans: Vec<&'a super::OrphanReport>,
+    pub orphan_detection: &'a super::OrphanDetectionReport,
+}
+
+/// One cluster of a [`StatusView`].
+#[derive(Debug, serde::Serialize)]
+pub struct ClusterView<'a> {
+    pub machines: BTreeMap<&'a str, &'a MachineReport>,
+}
+
+/// The part of `r` that `q` asks for (pure); nothing is copied.
+pub fn view<'a>(r: &'a StatusReport, q: &StatusQuery) -> Result<StatusView<'a>, ViewError> {
+    let mut clusters = BTreeMap::new();
+    let mut take = |key: &'a String, c: &'a ClusterReport| {
+        let machines: BTreeMap<&str, &MachineReport> = c
             .machines
             .iter()
             .filter(|(_, m)| !q.problems || machine_needs_look(m))
-            .map(|(k, m)| (k.clone(), m.clone()))
+            .map(|(k, m)| (k.as_str(), m))
             .collect();
         if !(q.problems && machines.is_empty()) {
-            clusters.insert(key.clone(), ClusterReport { machines });
+            clusters.insert(key.as_str(), ClusterView { machines });
         }
     };
     match &q.cluster {
         Some(key) => {
-            let c = r
+            let (key, c) = r
                 .clusters
-                .get(key)
+                .get_key_value(key)
                 .ok_or_else(|| ViewError::NoSuchCluster(key.clone()))?;
             take(key, c);
         }
         None => r.clusters.iter().for_each(|(k, c)| take(k, c)),
     }
-    let orphans = r
-        .orphans
-        .iter()
-        .filter(|o| q.cluster.is_none() || o.cluster == q.cluster)
-        .cloned()
-        .collect();
-    let scopes = r
-        .scopes
-        .iter()
-        .filter(|s| !q.problems || scope_needs_look(s))
-        .cloned()
-        .collect();
-    Ok(StatusReport {
-        version: r.version.clone(),
+    Ok(StatusView {
+        version: &r.version,
         generated_at: r.generated_at,
         leader: r.leader,
         ready: r.ready,
-        api: r.api.clone(),
-        problems: r.problems.clone(),
+        api: r.api.as_ref(),
+        problems: &r.problems,
         clusters,
-        scopes,
-        failure_domains: r.failure_domains.clone(),
-        probe: r.probe.clone(),
-        orphans,
-        orphan_detection: r.orphan_detection.clone(),
+        scopes: r
+            .scopes
+            .iter()
+            .filter(|s| !q.problems || scope_needs_look(s))
+            .collect(),
+        failure_domains: &r.failure_domains,
+        probe: r.probe.as_ref(),
+        orphans: r
+            .orphans
+            .iter()
+            .filter(|o| q.cluster.is_none() || o.cluster == q.cluster)
+            .collect(),
+        orphan_detection: &r.orphan_detection,
     })
 }
 
@@ -298,10 +371,20 @@ mod tests {
         r
     }
 
+    /// A view as the document a client reads.
+    fn owned(v: StatusView<'_>) -> StatusReport {
+        serde_json::from_value(serde_json::to_value(v).unwrap()).unwrap()
+    }
+
     #[test]
     fn the_whole_view_is_the_report() {
         let r = report();
-        assert_eq!(view(&r, &StatusQuery::default()).unwrap(), r);
+        assert_eq!(owned(view(&r, &StatusQuery::default()).unwrap()), r);
+        assert_eq!(
+            serde_json::to_value(view(&r, &StatusQuery::default()).unwrap()).unwrap(),
+            serde_json::to_value(&r).unwrap(),
+            "the same document, field for field"
+        );
     }
 
     #[test]
@@ -310,7 +393,7 @@ mod tests {
             cluster: Some("ns/b".into()),
             ..Default::default()
         };
-        let v = view(&report(), &q).unwrap();
+        let v = owned(view(&report(), &q).unwrap());
         assert_eq!(v.clusters.keys().collect::<Vec<_>>(), ["ns/b"]);
         assert_eq!(v.scopes.len(), 2, "scopes are not per cluster");
         let missing = StatusQuery {
@@ -318,8 +401,8 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            view(&report(), &missing),
-            Err(ViewError::NoSuchCluster("ns/zz".into()))
+            view(&report(), &missing).unwrap_err(),
+            ViewError::NoSuchCluster("ns/zz".into())
         );
     }
 
@@ -337,7 +420,7 @@ mod tests {
             .get_mut("b-1")
             .unwrap()
             .write_error = Some("could not write".into());
-        let v = view(&r, &q).unwrap();
+        let v = owned(view(&r, &q).unwrap());
         let names: Vec<&String> = v
             .clusters
             .values()
@@ -347,7 +430,7 @@ mod tests {
         assert_eq!(v.scopes.len(), 1);
         assert_eq!(v.scopes[0].key, "failing");
         // A healthy fleet's problem view is empty of clusters.
-        let healthy = view(&StatusReport::default(), &q).unwrap();
+        let healthy = owned(view(&StatusReport::default(), &q).unwrap());
         assert!(healthy.clusters.is_empty());
     }
 
@@ -393,6 +476,46 @@ mod tests {
             ("1.2.3", true, true)
         );
         assert_eq!(*board.read().await, back);
+    }
+
+    #[tokio::test]
+    async fn a_view_is_rendered_once_per_generation() {
+        let board = StatusBoard::new(report());
+        let q = StatusQuery {
+            cluster: Some("ns/a".into()),
+            ..Default::default()
+        };
+        let (etag, first) = board.rendered_view(&q).await.unwrap();
+        let (again_etag, again) = board.rendered_view(&q).await.unwrap();
+        assert_eq!(etag, again_etag);
+        assert_eq!(
+            first.as_ptr(),
+            again.as_ptr(),
+            "the same bytes, not a new rendering"
+        );
+        let read: StatusReport = serde_json::from_slice(&first).unwrap();
+        assert_eq!(read.clusters.keys().collect::<Vec<_>>(), ["ns/a"]);
+        board
+            .write()
+            .await
+            .clusters
+            .get_mut("ns/a")
+            .unwrap()
+            .machines
+            .remove("a-2");
+        let (changed_etag, changed) = board.rendered_view(&q).await.unwrap();
+        assert_ne!(changed_etag, etag);
+        let read: StatusReport = serde_json::from_slice(&changed).unwrap();
+        assert_eq!(
+            read.clusters["ns/a"].machines.len(),
+            1,
+            "a change renders anew"
+        );
+        let missing = StatusQuery {
+            cluster: Some("ns/zz".into()),
+            ..Default::default()
+        };
+        assert!(board.rendered_view(&missing).await.is_err());
     }
 
     #[test]
