@@ -7,8 +7,8 @@
 //! so no GET waits for it); any other change ([`StatusBoard::write`]) marks the rendering stale
 //! and the next GET renders it. Every GET until the next change sends the same shared bytes
 //! (gzip made once, on the first request that accepts it). Smaller views (`?cluster=`,
-//! `?problems=true`) are cut from the report on request: their cost is that of the part asked
-//! for, plus a walk over the Machines for `problems`.
+//! `?problems=true`) borrow from the report ([`StatusView`]) and are rendered on their first GET
+//! of a generation, then kept for it like the whole document.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
