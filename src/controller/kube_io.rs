@@ -17,8 +17,9 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Lookup, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
-use serde_json::{json, Value};
+use serde_json::json;
 
+use crate::k8s::views::{Partial, View};
 use crate::k8s::watched::{
     CloudStackMachineRecord, ClusterRecord, ConditionReader, FailureDomainRecord,
     HealthCheckRecord, MachineRecord,
@@ -145,9 +146,9 @@ pub async fn discover(client: &Client) -> (ServedApis, Vec<String>) {
     )
 }
 
-/// The watched objects as records ([`crate::k8s::watched`]), kept current by watches. The
-/// watches read `DynamicObject`s, so a malformed object cannot break them: each is plain JSON
-/// to the tolerant readers that take its record.
+/// The watched objects as records ([`crate::k8s::watched`]), kept current by watches. Each
+/// watch reads its objects as typed partial views ([`crate::k8s::views`]), tolerant field by
+/// field, so a malformed object cannot break it.
 #[derive(Clone)]
 pub struct Stores {
     pub machines: Watched<MachineRecord>,
@@ -183,18 +184,19 @@ where
     }
 }
 
-/// Watches `ar` in each of `namespaces` (all namespaces when empty) and keeps, per object, the
-/// record `read` takes from its JSON.
-fn watch<R>(
+/// Watches `ar` in each of `namespaces` (all namespaces when empty) as the view `V` and keeps,
+/// per object, the record `read` takes from it.
+fn watch<V, R>(
     client: &Client,
     ar: &ApiResource,
     namespaces: &[String],
-    read: impl Fn(&Value) -> Option<R> + Clone + Send + 'static,
+    read: impl Fn(V) -> Option<R> + Clone + Send + 'static,
 ) -> Watched<R>
 where
+    V: View,
     R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    let apis: Vec<Api<DynamicObject>> = if namespaces.is_empty() {
+    let apis: Vec<Api<Partial<V>>> = if namespaces.is_empty() {
         vec![Api::all_with(client.clone(), ar)]
     } else {
         namespaces
@@ -210,12 +212,13 @@ where
     }
 }
 
-fn watch_one<R>(
-    api: Api<DynamicObject>,
+fn watch_one<V, R>(
+    api: Api<Partial<V>>,
     kind: String,
-    read: impl Fn(&Value) -> Option<R> + Send + 'static,
+    read: impl Fn(V) -> Option<R> + Send + 'static,
 ) -> Store<R>
 where
+    V: View,
     R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     let mut writer = reflector::store::Writer::<R>::new(());
@@ -241,12 +244,12 @@ where
 
 /// The event with its object replaced by the object's record; `None` for an object that has
 /// none (no name: the API server sends no such object).
-fn record_event<R>(
-    event: watcher::Event<DynamicObject>,
-    read: impl Fn(&Value) -> Option<R>,
+fn record_event<V, R>(
+    event: watcher::Event<Partial<V>>,
+    read: impl Fn(V) -> Option<R>,
 ) -> Option<watcher::Event<R>> {
     use watcher::Event;
-    let record = |o: DynamicObject| serde_json::to_value(o).ok().and_then(|v| read(&v));
+    let record = |o: Partial<V>| read(o.view);
     Some(match event {
         Event::Apply(o) => Event::Apply(record(o)?),
         Event::Delete(o) => Event::Delete(record(o)?),
@@ -268,22 +271,22 @@ impl Stores {
         let reader = Arc::new(reader);
         Self {
             machines: watch(client, &r.machine, namespaces, move |m| {
-                MachineRecord::from_json(m, &reader)
+                MachineRecord::from_view(m, &reader)
             }),
             cloudstack_machines: watch(
                 client,
                 &r.cloudstack_machine,
                 namespaces,
-                CloudStackMachineRecord::from_json,
+                CloudStackMachineRecord::from_view,
             ),
             failure_domains: watch(
                 client,
                 &r.failure_domain,
                 namespaces,
-                FailureDomainRecord::from_json,
+                FailureDomainRecord::from_view,
             ),
-            clusters: watch(client, &r.cluster, namespaces, ClusterRecord::from_json),
-            health_checks: watch(client, &r.mhc, namespaces, HealthCheckRecord::from_json),
+            clusters: watch(client, &r.cluster, namespaces, ClusterRecord::from_view),
+            health_checks: watch(client, &r.mhc, namespaces, HealthCheckRecord::from_view),
         }
     }
 

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use super::act::kind;
 use super::cycle::Controller;
 use super::gather::Gathered;
-use super::targets::{failure_domain, EndpointRef};
+use super::targets::{EndpointRef, FailureDomains};
 use crate::cli::to_std;
 use crate::k8s::watched::CloudStackMachineRecord;
 use crate::orphans::{ClusterSighting, MachineSighting, ScopeListing};
@@ -34,6 +34,7 @@ impl Controller {
             return Vec::new();
         }
         let fds = self.stores.failure_domains.state();
+        let failure_domains = FailureDomains::new(&fds);
         self.stores
             .cloudstack_machines
             .state()
@@ -42,7 +43,7 @@ impl Controller {
             .map(|c| {
                 let endpoint = c.failure_domain_name.as_deref().and_then(|fd| {
                     let cluster = c.cluster_name.as_deref().unwrap_or_default();
-                    failure_domain(&fds, &c.namespace, cluster, fd).ok()
+                    failure_domains.endpoint(&c.namespace, cluster, fd).ok()
                 });
                 (c, endpoint)
             })

@@ -60,7 +60,78 @@ pub struct Objects<'a> {
     pub health_checks: &'a [Arc<HealthCheckRecord>],
 }
 
-/// Joins the records into targets. `namespaces` empty = all.
+/// The failure domains by namespace and by each name a CloudStackMachine may use for one
+/// (`spec.name`, or the object's name): built once per cycle from the few failure domains, so
+/// a Machine's lookup costs one hash probe instead of a scan of all of them.
+pub(super) struct FailureDomains<'a> {
+    by_name: HashMap<(&'a str, &'a str), Vec<&'a FailureDomainRecord>>,
+}
+
+impl<'a> FailureDomains<'a> {
+    pub(super) fn new(fds: &'a [Arc<FailureDomainRecord>]) -> Self {
+        let mut by_name: HashMap<(&str, &str), Vec<&FailureDomainRecord>> = HashMap::new();
+        for fd in fds {
+            let ns = fd.namespace.as_str();
+            by_name.entry((ns, fd.name.as_str())).or_default().push(fd);
+            match fd.spec_name.as_deref() {
+                Some(spec_name) if spec_name != fd.name => {
+                    by_name.entry((ns, spec_name)).or_default().push(fd)
+                }
+                _ => {}
+            }
+        }
+        Self { by_name }
+    }
+
+    /// The failure domain the Machine's CloudStackMachine names: by `spec.name` (or object
+    /// name) in the Machine's namespace. CAPC makes one per cluster and labels it with the
+    /// cluster, so the one labelled with the Machine's cluster is it; an unlabelled one (made by
+    /// hand) only when it is the one failure domain of that name. One labelled for another
+    /// cluster is never used: its zone and project would list the wrong VMs (and the VM would
+    /// look gone). The error names what was looked for and what was found instead, for the
+    /// `Unknown` verdict.
+    pub(super) fn endpoint(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        fd_name: &str,
+    ) -> Result<EndpointRef, String> {
+        if fd_name.is_empty() {
+            return Err("(the CloudStackMachine names no failure domain)".to_string());
+        }
+        let candidates: &[&FailureDomainRecord] = self
+            .by_name
+            .get(&(namespace, fd_name))
+            .map_or(&[], Vec::as_slice);
+        let own: Vec<&FailureDomainRecord> = candidates
+            .iter()
+            .copied()
+            .filter(|fd| fd.cluster_name.as_deref() == Some(cluster))
+            .collect();
+        let fd = match (own.as_slice(), candidates) {
+            ([fd], _) => *fd,
+            ([], [fd]) if fd.cluster_name.is_none() => *fd,
+            (_, []) => return Err(fd_name.to_string()),
+            _ => return Err(unusable(fd_name, cluster, candidates, own.len())),
+        };
+        Ok(EndpointRef {
+            secret_namespace: fd
+                .secret_namespace
+                .clone()
+                .unwrap_or_else(|| namespace.to_string()),
+            secret_name: fd
+                .secret_name
+                .clone()
+                .ok_or_else(|| format!("{fd_name} (its spec.acsEndpoint names no Secret)"))?,
+            project: fd.project.clone(),
+            zone_id: fd.zone_id.clone(),
+        })
+    }
+}
+
+/// Joins the records into targets. `namespaces` empty = all. Each Machine's joins are hash
+/// probes (CloudStackMachine and Cluster by name, failure domain by name, MachineHealthChecks
+/// by cluster): a cycle costs O(Machines), not O(Machines × (MHCs + failure domains)).
 pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
     let csm_by_name: HashMap<(&str, &str), &CloudStackMachineRecord> = objects
         .cloudstack_machines
@@ -72,7 +143,17 @@ pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
         .iter()
         .map(|c| ((c.namespace.as_str(), c.name.as_str()), c.paused))
         .collect();
-    let mut out = Vec::new();
+    let mut mhcs_by_cluster: HashMap<(&str, &str), Vec<&HealthCheckRecord>> = HashMap::new();
+    for mhc in objects.health_checks {
+        if let Some(cluster) = mhc.cluster_name.as_deref() {
+            mhcs_by_cluster
+                .entry((mhc.namespace.as_str(), cluster))
+                .or_default()
+                .push(mhc);
+        }
+    }
+    let failure_domains = FailureDomains::new(objects.failure_domains);
+    let mut out = Vec::with_capacity(objects.machines.len());
     for record in objects.machines {
         let view = &record.view;
         if !view.is_cloudstack()
@@ -80,6 +161,7 @@ pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
         {
             continue;
         }
+        let cluster_key = (view.namespace.as_str(), view.cluster_name.as_str());
         let mut t = Target {
             created: record.created,
             instance_id: None,
@@ -87,14 +169,10 @@ pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
             csm_state_since: None,
             endpoint: None,
             problem: None,
-            mhc_covered: objects
-                .health_checks
-                .iter()
-                .any(|mhc| mhc_covers(mhc, view)),
-            cluster_paused: paused_clusters
-                .get(&(view.namespace.as_str(), view.cluster_name.as_str()))
-                .copied()
-                .unwrap_or(false),
+            mhc_covered: mhcs_by_cluster
+                .get(&cluster_key)
+                .is_some_and(|mhcs| mhcs.iter().any(|mhc| mhc_covers(mhc, view))),
+            cluster_paused: paused_clusters.get(&cluster_key).copied().unwrap_or(false),
             current: record.current.clone(),
             machine: view.clone(),
         };
@@ -108,12 +186,7 @@ pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
         t.csm_state = csm.instance_state.clone();
         t.csm_state_since = csm.instance_state_since;
         let fd_name = csm.failure_domain_name.as_deref().unwrap_or_default();
-        match failure_domain(
-            objects.failure_domains,
-            &view.namespace,
-            &view.cluster_name,
-            fd_name,
-        ) {
+        match failure_domains.endpoint(&view.namespace, &view.cluster_name, fd_name) {
             Ok(endpoint) => t.endpoint = Some(endpoint),
             // Not deployed yet: CAPC picks the failure domain and the VM together, so a missing
             // one is no credentials problem until there is an instance to judge.
@@ -126,52 +199,6 @@ pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
         out.push(t);
     }
     out
-}
-
-/// The failure domain the Machine's CloudStackMachine names: by `spec.name` (or object name)
-/// in the Machine's namespace. CAPC makes one per cluster and labels it with the cluster, so
-/// the one labelled with the Machine's cluster is it; an unlabelled one (made by hand) only
-/// when it is the one failure domain of that name. One labelled for another cluster is never
-/// used: its zone and project would list the wrong VMs (and the VM would look gone). The
-/// error names what was looked for and what was found instead, for the `Unknown` verdict.
-pub(super) fn failure_domain(
-    fds: &[Arc<FailureDomainRecord>],
-    namespace: &str,
-    cluster: &str,
-    fd_name: &str,
-) -> Result<EndpointRef, String> {
-    if fd_name.is_empty() {
-        return Err("(the CloudStackMachine names no failure domain)".to_string());
-    }
-    let candidates: Vec<&FailureDomainRecord> = fds
-        .iter()
-        .map(|fd| &**fd)
-        .filter(|fd| fd.namespace == namespace)
-        .filter(|fd| fd.spec_name.as_deref() == Some(fd_name) || fd.name == fd_name)
-        .collect();
-    let own: Vec<&FailureDomainRecord> = candidates
-        .iter()
-        .copied()
-        .filter(|fd| fd.cluster_name.as_deref() == Some(cluster))
-        .collect();
-    let fd = match (own.as_slice(), candidates.as_slice()) {
-        ([fd], _) => *fd,
-        ([], [fd]) if fd.cluster_name.is_none() => *fd,
-        (_, []) => return Err(fd_name.to_string()),
-        _ => return Err(unusable(fd_name, cluster, &candidates, own.len())),
-    };
-    Ok(EndpointRef {
-        secret_namespace: fd
-            .secret_namespace
-            .clone()
-            .unwrap_or_else(|| namespace.to_string()),
-        secret_name: fd
-            .secret_name
-            .clone()
-            .ok_or_else(|| format!("{fd_name} (its spec.acsEndpoint names no Secret)"))?,
-        project: fd.project.clone(),
-        zone_id: fd.zone_id.clone(),
-    })
 }
 
 /// Why none of several failure domains named `fd_name` can be used for a Machine of `cluster`:
@@ -423,5 +450,56 @@ mod tests {
         );
         assert_eq!(t.len(), 1);
         assert_eq!(t[0].machine.name, "m1");
+    }
+
+    #[test]
+    fn health_checks_and_pauses_are_joined_by_namespace_and_cluster() {
+        let reader = ConditionReader {
+            layout: ConditionLayout::V1Beta1WithV1Beta2Conditions,
+            condition_type: "CloudStackVMHealthy".into(),
+        };
+        let in_cluster = |name: &str, ns: &str, cluster: &str| {
+            let mut m = machine(name, "csm1");
+            m["metadata"]["namespace"] = json!(ns);
+            m["spec"]["clusterName"] = json!(cluster);
+            m
+        };
+        let machines = [
+            in_cluster("a", "ns", "c1"),
+            in_cluster("b", "ns", "c2"),
+            in_cluster("c", "other", "c1"),
+        ];
+        let mhc = |ns: &str, cluster: &str| {
+            json!({"metadata": {"namespace": ns, "name": format!("{cluster}-mhc")},
+            "spec": {"clusterName": cluster, "selector": {}}})
+        };
+        let cluster = |ns: &str, name: &str, paused: bool| {
+            json!({"metadata": {"namespace": ns, "name": name},
+            "spec": {"paused": paused}})
+        };
+        let targets = build(
+            &Objects {
+                machines: &records(&machines, |m| MachineRecord::from_json(m, &reader)),
+                cloudstack_machines: &[],
+                failure_domains: &[],
+                clusters: &records(
+                    &[cluster("ns", "c1", false), cluster("ns", "c2", true)],
+                    ClusterRecord::from_json,
+                ),
+                health_checks: &records(
+                    &[mhc("ns", "c2"), mhc("other", "c1"), mhc("ns", "c3")],
+                    HealthCheckRecord::from_json,
+                ),
+            },
+            &[],
+        );
+        let seen: Vec<(&str, bool, bool)> = targets
+            .iter()
+            .map(|t| (t.machine.name.as_str(), t.mhc_covered, t.cluster_paused))
+            .collect();
+        assert_eq!(
+            seen,
+            [("a", false, false), ("b", true, true), ("c", true, false)]
+        );
     }
 }

@@ -4,12 +4,13 @@
 //! the CAPI objects are (served versions, our condition entry and its apply body, well-known
 //! labels) is the `capi-model` crate's.
 //!
-//! - [`objects`]: tolerant views of Machines, MHC selection, Node matching (NodeNotLinked).
+//! - [`objects`]: a Machine's facts, MHC selection, Node matching (NodeNotLinked), CRD fields.
 //! - [`escalation`]: the remediate-machine annotation and its guards.
 //! - [`kube_error`]: the API server's answers as typed errors (the controller's writes, the
 //!   HTTP side's token reviews).
 //! - [`kubeconfig`]: which workload kubeconfigs the NodeNotLinked lookup may use.
 //! - [`lease`]: whether the leader's hold on its Lease still stands.
+//! - [`views`]: typed partial views of the watched objects, tolerant field by field.
 //! - [`watched`]: what the watches keep of each object (the facts read, as records).
 
 pub mod escalation;
@@ -17,4 +18,5 @@ pub mod kube_error;
 pub mod kubeconfig;
 pub mod lease;
 pub mod objects;
+pub mod views;
 pub mod watched;

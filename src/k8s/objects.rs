@@ -1,7 +1,7 @@
-//! Reading the foreign objects the shim watches (Machines, MachineHealthChecks) as JSON,
-//! tolerantly: CAPI and CAPC own these schemas, and a field the shim does not expect must never
-//! make a Machine unreadable. Selectors are parsed once into kube's `Selector`; Nodes (a core
-//! kind) are read typed. Pure functions.
+//! The rules over the foreign objects the shim watches, pure: a Machine's facts (from its
+//! tolerant view, [`super::views`]), which MachineHealthChecks cover it (kube's `Selector`,
+//! parsed once per watch event), which workload Node is its VM's (NodeNotLinked), and whether a
+//! CRD's schema declares a field.
 
 use std::collections::BTreeMap;
 
@@ -9,28 +9,14 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::core::{Selector, SelectorExt};
+use kube::core::SelectorExt;
 use serde::Deserialize;
 use serde_json::Value;
 
 use capi_model::well_known;
 
+use super::views::{text, MachineObject};
 use super::watched::HealthCheckRecord;
-
-fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer).and_then(Value::as_str)
-}
-
-fn string_map(v: Option<&Value>) -> BTreeMap<String, String> {
-    v.and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 /// The facts about a Machine the shim's decisions use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -54,39 +40,28 @@ pub struct MachineView {
 
 impl MachineView {
     /// Reads a Machine of any served version; `None` when it lacks a name (not a Machine).
-    pub fn from_json(m: &Value) -> Option<Self> {
-        let name = str_at(m, "/metadata/name")?.to_string();
-        let owner_kind = m
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
-            .and_then(|refs| {
-                refs.iter()
-                    .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-                    .or_else(|| refs.first())
-            })
-            .and_then(|r| r.get("kind"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
+    pub fn from_view(m: &MachineObject) -> Option<Self> {
+        let (namespace, name) = m.metadata.key()?;
+        let owned = |s: &Option<String>| text(s).map(str::to_string);
         Some(Self {
-            namespace: str_at(m, "/metadata/namespace")
-                .unwrap_or("default")
-                .to_string(),
+            namespace,
             name,
-            uid: str_at(m, "/metadata/uid").map(str::to_string),
-            resource_version: str_at(m, "/metadata/resourceVersion").map(str::to_string),
-            cluster_name: str_at(m, "/spec/clusterName")
-                .unwrap_or_default()
-                .to_string(),
-            labels: string_map(m.pointer("/metadata/labels")),
-            annotations: string_map(m.pointer("/metadata/annotations")),
-            deleting: m
-                .pointer("/metadata/deletionTimestamp")
-                .is_some_and(|v| !v.is_null()),
-            has_node_ref: m.pointer("/status/nodeRef").is_some_and(|v| !v.is_null()),
-            owner_kind,
-            infrastructure_kind: str_at(m, "/spec/infrastructureRef/kind").map(str::to_string),
-            infrastructure_name: str_at(m, "/spec/infrastructureRef/name").map(str::to_string),
+            uid: owned(&m.metadata.uid),
+            resource_version: owned(&m.metadata.resource_version),
+            cluster_name: owned(&m.spec.cluster_name).unwrap_or_default(),
+            labels: m.metadata.labels.clone(),
+            annotations: m.metadata.annotations.clone(),
+            deleting: m.metadata.deleting(),
+            has_node_ref: m.status.node_ref,
+            owner_kind: m.metadata.owner_kind().map(str::to_string),
+            infrastructure_kind: owned(&m.spec.infrastructure_ref.kind),
+            infrastructure_name: owned(&m.spec.infrastructure_ref.name),
         })
+    }
+
+    /// [`MachineView::from_view`] of a Machine held as JSON.
+    pub fn from_json(m: &Value) -> Option<Self> {
+        Self::from_view(&MachineObject::deserialize(m).ok()?)
     }
 
     pub fn is_cloudstack(&self) -> bool {
@@ -100,14 +75,6 @@ impl MachineView {
     pub fn annotated(&self, key: &str) -> bool {
         self.annotations.contains_key(key)
     }
-}
-
-/// A MachineHealthCheck's `spec.selector` as kube's [`Selector`], parsed once per watch event.
-/// `None` when it is missing or does not parse (not an object, an unknown operator, `In`
-/// without values): such a selector selects nothing, the safe answer for remediation coverage.
-pub fn parse_selector(v: Option<&Value>) -> Option<Selector> {
-    let selector = LabelSelector::deserialize(v?).ok()?;
-    Selector::try_from(selector).ok()
 }
 
 /// Whether the MachineHealthCheck `mhc` covers `machine` (same namespace and cluster, selector
@@ -209,8 +176,14 @@ mod tests {
             ("b".to_string(), "2".to_string()),
         ]
         .into();
-        let selects =
-            |selector: Value| parse_selector(Some(&selector)).is_some_and(|s| s.matches(&labels));
+        let selector_of = |spec: Value| {
+            HealthCheckRecord::from_json(&json!({"metadata": {"name": "h"}, "spec": spec}))
+                .expect("a record")
+                .selector
+        };
+        let selects = |selector: Value| {
+            selector_of(json!({ "selector": selector })).is_some_and(|s| s.matches(&labels))
+        };
         assert!(selects(json!({})), "an empty selector selects everything");
         assert!(selects(json!({"matchLabels": {"a": "1"}})));
         assert!(!selects(json!({"matchLabels": {"a": "2"}})));
@@ -232,7 +205,10 @@ mod tests {
         assert!(!selects(json!({"matchLabels": "nonsense"})));
         assert!(!selects(Value::Null));
         assert!(!selects(json!("garbage")));
-        assert!(parse_selector(None).is_none());
+        assert!(
+            selector_of(json!({})).is_none(),
+            "no selector selects nothing"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! What the watches keep of each object: the few facts the shim's decisions read, taken out
-//! of the object's JSON once per watch event by tolerant readers (a field the shim does not
-//! expect never makes an object unreadable; a missing one reads as missing).
+//! What the watches keep of each object: the few facts the shim's decisions read, taken once
+//! per watch event from the object's typed partial view ([`super::views`]: a field the shim
+//! does not expect never makes an object unreadable; a missing one reads as missing).
 //!
 //! Why not keep the objects: at 10 000 Machines the stored JSON trees (every small map a
 //! B-tree node), the API-resource copy in each store key and a JSON copy of every object
@@ -16,7 +16,11 @@ use serde_json::Value;
 
 use kube::core::Selector;
 
-use super::objects::{parse_selector, MachineView};
+use super::objects::MachineView;
+use super::views::{
+    text, CloudStackMachineObject, ClusterObject, FailureDomainObject, HealthCheckObject,
+    MachineObject, Meta,
+};
 use crate::verdict::ConditionState;
 use capi_model::apis::ConditionLayout;
 use capi_model::condition as conditions;
@@ -30,49 +34,25 @@ pub struct ConditionReader {
     pub condition_type: String,
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
+/// Reads `json` as the view `V` and takes its record: the path a watch event takes, for tests,
+/// benches and tools that hold JSON.
+fn via_view<'a, V: serde::Deserialize<'a>, R>(
+    json: &'a Value,
+    record: impl FnOnce(V) -> Option<R>,
+) -> Option<R> {
+    V::deserialize(json).ok().and_then(record)
 }
 
-fn owned_at(v: &Value, pointer: &str) -> Option<String> {
-    str_at(v, pointer).map(str::to_string)
+fn owned(s: &Option<String>) -> Option<String> {
+    text(s).map(str::to_string)
 }
 
-fn time_at(v: &Value, pointer: &str) -> Option<Timestamp> {
-    str_at(v, pointer).and_then(|s| s.parse().ok())
+fn time(s: &Option<String>) -> Option<Timestamp> {
+    text(s).and_then(|s| s.parse().ok())
 }
 
-/// Namespace (an object without one is in `default`) and name; `None` without a name.
-fn key_of(v: &Value) -> Option<(String, String)> {
-    Some((
-        str_at(v, "/metadata/namespace")
-            .unwrap_or("default")
-            .to_string(),
-        owned_at(v, "/metadata/name")?,
-    ))
-}
-
-fn has_annotation(v: &Value, key: &str) -> bool {
-    v.pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .is_some_and(|a| a.contains_key(key))
-}
-
-fn paused_by_annotation(v: &Value) -> bool {
-    has_annotation(v, well_known::PAUSED)
-}
-
-fn cluster_label(v: &Value) -> Option<String> {
-    v.pointer("/metadata/labels")
-        .and_then(|l| l.get(well_known::CLUSTER_NAME_LABEL))
-        .and_then(Value::as_str)
-        .map(str::to_string)
-}
-
-fn deleting(v: &Value) -> bool {
-    str_at(v, "/metadata/deletionTimestamp").is_some()
+fn cluster_label(m: &Meta) -> Option<String> {
+    m.label(well_known::CLUSTER_NAME_LABEL).map(str::to_string)
 }
 
 /// A Machine: its view, when it was created, and our condition as published on it.
@@ -84,12 +64,20 @@ pub struct MachineRecord {
 }
 
 impl MachineRecord {
-    pub fn from_json(m: &Value, reader: &ConditionReader) -> Option<Self> {
+    pub fn from_view(m: MachineObject, reader: &ConditionReader) -> Option<Self> {
+        let conditions = match reader.layout {
+            ConditionLayout::V1Beta2 => &m.status.conditions,
+            ConditionLayout::V1Beta1WithV1Beta2Conditions => &m.status.v1beta2.conditions,
+        };
         Some(Self {
-            view: Arc::new(MachineView::from_json(m)?),
-            created: time_at(m, "/metadata/creationTimestamp"),
-            current: conditions::read(m, reader.layout, &reader.condition_type),
+            current: conditions::find(conditions, &reader.condition_type),
+            created: time(&m.metadata.creation_timestamp),
+            view: Arc::new(MachineView::from_view(&m)?),
         })
+    }
+
+    pub fn from_json(m: &Value, reader: &ConditionReader) -> Option<Self> {
+        via_view(m, |m| Self::from_view(m, reader))
     }
 }
 
@@ -113,19 +101,23 @@ pub struct CloudStackMachineRecord {
 }
 
 impl CloudStackMachineRecord {
-    pub fn from_json(v: &Value) -> Option<Self> {
-        let (namespace, name) = key_of(v)?;
+    pub fn from_view(v: CloudStackMachineObject) -> Option<Self> {
+        let (namespace, name) = v.metadata.key()?;
         Some(Self {
             namespace,
             name,
-            instance_id: str_at(v, "/spec/instanceID").map(str::to_ascii_lowercase),
-            failure_domain_name: owned_at(v, "/spec/failureDomainName"),
-            instance_state: owned_at(v, "/status/instanceState"),
-            instance_state_since: time_at(v, "/status/instanceStateLastUpdated"),
-            cluster_name: cluster_label(v),
-            deleting: deleting(v),
-            moving: has_annotation(v, well_known::DELETE_FOR_MOVE),
+            instance_id: text(&v.spec.instance_id).map(str::to_ascii_lowercase),
+            failure_domain_name: owned(&v.spec.failure_domain_name),
+            instance_state: owned(&v.status.instance_state),
+            instance_state_since: time(&v.status.instance_state_last_updated),
+            cluster_name: cluster_label(&v.metadata),
+            deleting: v.metadata.deleting(),
+            moving: v.metadata.annotated(well_known::DELETE_FOR_MOVE),
         })
+    }
+
+    pub fn from_json(v: &Value) -> Option<Self> {
+        via_view(v, Self::from_view)
     }
 }
 
@@ -145,18 +137,22 @@ pub struct FailureDomainRecord {
 }
 
 impl FailureDomainRecord {
-    pub fn from_json(v: &Value) -> Option<Self> {
-        let (namespace, name) = key_of(v)?;
+    pub fn from_view(v: FailureDomainObject) -> Option<Self> {
+        let (namespace, name) = v.metadata.key()?;
         Some(Self {
             namespace,
             name,
-            spec_name: owned_at(v, "/spec/name"),
-            cluster_name: cluster_label(v),
-            secret_name: owned_at(v, "/spec/acsEndpoint/name"),
-            secret_namespace: owned_at(v, "/spec/acsEndpoint/namespace"),
-            project: owned_at(v, "/spec/project"),
-            zone_id: owned_at(v, "/spec/zone/id"),
+            spec_name: owned(&v.spec.name),
+            cluster_name: cluster_label(&v.metadata),
+            secret_name: owned(&v.spec.acs_endpoint.name),
+            secret_namespace: owned(&v.spec.acs_endpoint.namespace),
+            project: owned(&v.spec.project),
+            zone_id: owned(&v.spec.zone.id),
         })
+    }
+
+    pub fn from_json(v: &Value) -> Option<Self> {
+        via_view(v, Self::from_view)
     }
 }
 
@@ -172,19 +168,19 @@ pub struct ClusterRecord {
 }
 
 impl ClusterRecord {
-    pub fn from_json(v: &Value) -> Option<Self> {
-        let (namespace, name) = key_of(v)?;
+    pub fn from_view(v: ClusterObject) -> Option<Self> {
+        let (namespace, name) = v.metadata.key()?;
         Some(Self {
             namespace,
             name,
-            paused: v
-                .pointer("/spec/paused")
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
-                || paused_by_annotation(v),
-            deleting: deleting(v),
-            uid: owned_at(v, "/metadata/uid"),
+            paused: v.spec.paused || v.metadata.annotated(well_known::PAUSED),
+            deleting: v.metadata.deleting(),
+            uid: owned(&v.metadata.uid),
         })
+    }
+
+    pub fn from_json(v: &Value) -> Option<Self> {
+        via_view(v, Self::from_view)
     }
 }
 
@@ -200,18 +196,19 @@ pub struct HealthCheckRecord {
 }
 
 impl HealthCheckRecord {
-    pub fn from_json(v: &Value) -> Option<Self> {
-        let (namespace, name) = key_of(v)?;
+    pub fn from_view(v: HealthCheckObject) -> Option<Self> {
+        let (namespace, name) = v.metadata.key()?;
         Some(Self {
             namespace,
             name,
-            cluster_name: v
-                .pointer("/spec/clusterName")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            selector: parse_selector(v.pointer("/spec/selector")),
-            paused: paused_by_annotation(v),
+            cluster_name: owned(&v.spec.cluster_name),
+            selector: v.spec.selector.and_then(|s| Selector::try_from(s).ok()),
+            paused: v.metadata.annotated(well_known::PAUSED),
         })
+    }
+
+    pub fn from_json(v: &Value) -> Option<Self> {
+        via_view(v, Self::from_view)
     }
 }
 

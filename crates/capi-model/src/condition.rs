@@ -7,6 +7,7 @@ use std::fmt;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use serde_with::{As, DefaultOnError};
 
 use crate::apis::ConditionLayout;
 
@@ -61,42 +62,58 @@ pub fn whole_seconds(t: Timestamp) -> Timestamp {
 /// The field manager of every write the shim makes.
 pub const FIELD_MANAGER: &str = "capc-health-shim";
 
-/// The shim's condition as currently published on `machine`, if it is there and readable.
-pub fn read(
-    machine: &Value,
-    layout: ConditionLayout,
-    condition_type: &str,
-) -> Option<ConditionState> {
-    let list = machine.pointer(layout.conditions_pointer())?.as_array()?;
-    let c = list
+/// One entry of a conditions list as the API server sends it, every field optional and read
+/// tolerantly: a field of another shape reads as absent, so an odd entry never makes its
+/// Machine unreadable.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ConditionEntry {
+    #[serde(rename = "type", with = "As::<DefaultOnError>")]
+    pub type_: Option<String>,
+    #[serde(with = "As::<DefaultOnError>")]
+    pub status: Option<String>,
+    #[serde(with = "As::<DefaultOnError>")]
+    pub reason: Option<String>,
+    #[serde(with = "As::<DefaultOnError>")]
+    pub message: Option<String>,
+    #[serde(with = "As::<DefaultOnError>")]
+    pub last_transition_time: Option<String>,
+}
+
+/// The shim's condition among `entries` (the list the served layout keeps it in), if it is
+/// there and readable: a known status and a time.
+pub fn find(entries: &[ConditionEntry], condition_type: &str) -> Option<ConditionState> {
+    let c = entries
         .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(condition_type))?;
-    let status = match c.get("status").and_then(Value::as_str)? {
+        .find(|c| c.type_.as_deref() == Some(condition_type))?;
+    let status = match c.status.as_deref()? {
         "True" => Status::True,
         "False" => Status::False,
         "Unknown" => Status::Unknown,
         _ => return None,
     };
-    let last_transition_time = c
-        .get("lastTransitionTime")
-        .and_then(Value::as_str)?
-        .parse::<jiff::Timestamp>()
-        .ok()?;
     Some(ConditionState {
         type_: condition_type.to_string(),
         status,
-        reason: c
-            .get("reason")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        message: c
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        last_transition_time,
+        reason: c.reason.clone().unwrap_or_default(),
+        message: c.message.clone().unwrap_or_default(),
+        last_transition_time: c.last_transition_time.as_deref()?.parse().ok()?,
     })
+}
+
+/// [`find`] over a Machine held as JSON: our condition in the list where `layout` keeps it.
+pub fn read(
+    machine: &Value,
+    layout: ConditionLayout,
+    condition_type: &str,
+) -> Option<ConditionState> {
+    let entries: Vec<ConditionEntry> = machine
+        .pointer(layout.conditions_pointer())?
+        .as_array()?
+        .iter()
+        .filter_map(|e| ConditionEntry::deserialize(e).ok())
+        .collect();
+    find(&entries, condition_type)
 }
 
 /// The SSA body for the Machine's `status` subresource carrying only our condition.
@@ -160,21 +177,30 @@ mod tests {
 
     #[test]
     fn reading_back_finds_our_entry_among_capis() {
-        let m = json!({"status": {"v1beta2": {"conditions": [
+        let entries: Vec<ConditionEntry> = serde_json::from_value(json!([
             {"type": "Ready", "status": "False", "reason": "X", "lastTransitionTime": "2026-01-01T00:00:00Z"},
             {"type": "CloudStackVMHealthy", "status": "True", "reason": "VMHealthy", "message": "ok",
-             "lastTransitionTime": "2026-01-02T00:00:00Z"}]}}});
-        let c = read(
-            &m,
-            ConditionLayout::V1Beta1WithV1Beta2Conditions,
-            "CloudStackVMHealthy",
-        )
+             "lastTransitionTime": "2026-01-02T00:00:00Z"}]))
         .unwrap();
+        let c = find(&entries, "CloudStackVMHealthy").unwrap();
         assert_eq!((c.status, c.reason.as_str()), (Status::True, "VMHealthy"));
         assert_eq!(c.last_transition_time.to_string(), "2026-01-02T00:00:00Z");
-        assert!(read(&m, ConditionLayout::V1Beta2, "CloudStackVMHealthy").is_none());
-        let broken =
-            json!({"status": {"conditions": [{"type": "CloudStackVMHealthy", "status": "Maybe"}]}});
-        assert!(read(&broken, ConditionLayout::V1Beta2, "CloudStackVMHealthy").is_none());
+        assert!(find(&entries[..1], "CloudStackVMHealthy").is_none());
+        let read = |v: Value| find(&[serde_json::from_value(v).unwrap()], "CloudStackVMHealthy");
+        assert!(read(json!({"type": "CloudStackVMHealthy", "status": "Maybe"})).is_none());
+        assert!(
+            read(json!({"type": "CloudStackVMHealthy", "status": "False"})).is_none(),
+            "no time, no condition"
+        );
+        // A reason or message of another shape reads as empty, the rest stands.
+        let odd = read(
+            json!({"type": "CloudStackVMHealthy", "status": "False", "reason": 7,
+            "message": {"x": 1}, "lastTransitionTime": "2026-01-02T00:00:00Z"}),
+        )
+        .unwrap();
+        assert_eq!(
+            (odd.status, odd.reason.as_str(), odd.message.as_str()),
+            (Status::False, "", "")
+        );
     }
 }
