@@ -239,7 +239,7 @@ impl Checker {
     pub async fn poll(&mut self, now: Timestamp) -> PollReport {
         let o = self.scope.poll(&self.graces, now).await;
         crate::verdict::mark_paused_collections(
-            self.scope.observer.histories.values_mut(),
+            self.scope.observer.histories.values_mut().map(|h| &mut **h),
             &self.graces,
             now,
         );
@@ -278,7 +278,8 @@ impl Checker {
         crate::verdict::mark_paused_collections(
             checkers
                 .iter_mut()
-                .flat_map(|c| c.scope.observer.histories.values_mut()),
+                .flat_map(|c| c.scope.observer.histories.values_mut())
+                .map(|h| &mut **h),
             &graces,
             now,
         );

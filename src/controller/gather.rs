@@ -367,7 +367,7 @@ fn track_exactly(observer: &mut ScopeObserver, ids: &BTreeSet<String>) {
         observer
             .histories
             .entry(id.clone())
-            .or_insert_with(|| VmHistory::new(id.clone()));
+            .or_insert_with(|| Box::new(VmHistory::new(id.clone())));
     }
 }
 

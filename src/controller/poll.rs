@@ -81,7 +81,14 @@ impl Controller {
             by_cloud
                 .entry(scope.report.api_url.clone())
                 .or_default()
-                .extend(scope.polled.observer.histories.values_mut());
+                .extend(
+                    scope
+                        .polled
+                        .observer
+                        .histories
+                        .values_mut()
+                        .map(|h| &mut **h),
+                );
         }
         for (api_url, histories) in by_cloud {
             for p in crate::verdict::mark_paused_collections(histories, &self.graces, now) {

@@ -18,6 +18,14 @@ use capi_model::well_known;
 use super::views::{text, MachineObject};
 use super::watched::HealthCheckRecord;
 
+/// The Machine annotations the shim's decisions read; the others are not kept (a control-plane
+/// Machine carries kubeadm's whole ClusterConfiguration as one, kilobytes per Machine).
+const MACHINE_ANNOTATIONS_READ: [&str; 3] = [
+    well_known::REMEDIATE_MACHINE,
+    well_known::PAUSED,
+    well_known::SKIP_REMEDIATION,
+];
+
 /// The facts about a Machine the shim's decisions use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MachineView {
@@ -28,6 +36,7 @@ pub struct MachineView {
     pub resource_version: Option<String>,
     pub cluster_name: String,
     pub labels: BTreeMap<String, String>,
+    /// Only those the shim reads ([`MACHINE_ANNOTATIONS_READ`]).
     pub annotations: BTreeMap<String, String>,
     pub deleting: bool,
     pub has_node_ref: bool,
@@ -50,7 +59,13 @@ impl MachineView {
             resource_version: owned(&m.metadata.resource_version),
             cluster_name: owned(&m.spec.cluster_name).unwrap_or_default(),
             labels: m.metadata.labels.clone(),
-            annotations: m.metadata.annotations.clone(),
+            annotations: m
+                .metadata
+                .annotations
+                .iter()
+                .filter(|(k, _)| MACHINE_ANNOTATIONS_READ.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             deleting: m.metadata.deleting(),
             has_node_ref: m.status.node_ref,
             owner_kind: m.metadata.owner_kind().map(str::to_string),
@@ -148,7 +163,8 @@ mod tests {
             "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
             "metadata": {"name": "c1-md-0-x", "namespace": "ns1",
                 "labels": {"cluster.x-k8s.io/cluster-name": "c1", "nodepool": "md-0"},
-                "annotations": {"cluster.x-k8s.io/skip-remediation": ""},
+                "annotations": {"cluster.x-k8s.io/skip-remediation": "",
+                    "controlplane.cluster.x-k8s.io/kubeadm-cluster-configuration": "{\"etcd\":{}}"},
                 "ownerReferences": [{"kind": "Cluster", "name": "c1"}, {"kind": "MachineSet", "name": "ms", "controller": true}]},
             "spec": {"clusterName": "c1", "infrastructureRef": {"kind": "CloudStackMachine", "name": "csm-1"}},
             "status": {"phase": "Provisioned", "someFutureField": {"x": 1}}
@@ -163,6 +179,11 @@ mod tests {
         assert!(m.is_cloudstack());
         assert!(!m.is_control_plane());
         assert!(m.annotated(well_known::SKIP_REMEDIATION));
+        assert_eq!(
+            m.annotations.len(),
+            1,
+            "only the annotations the shim reads are kept"
+        );
         assert!(!m.deleting && !m.has_node_ref);
         assert_eq!(m.infrastructure_name.as_deref(), Some("csm-1"));
         assert!(MachineView::from_json(&json!({"metadata": {}})).is_none());

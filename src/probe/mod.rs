@@ -12,7 +12,7 @@
 
 mod answers;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 use jiff::{SignedDuration, Timestamp};
 use tracing::{debug, warn};
@@ -73,7 +73,7 @@ pub struct StepOutcome {
 /// One scope's VM histories, offered to a step.
 pub struct ScopeHistories<'a> {
     pub scope: &'a str,
-    pub histories: &'a mut BTreeMap<String, VmHistory>,
+    pub histories: &'a mut crate::scope::Histories,
 }
 
 #[derive(Debug, Clone)]
@@ -576,6 +576,7 @@ fn history_mut<'h>(
         .find(|s| s.scope == scope)?
         .histories
         .get_mut(vm_id)
+        .map(|h| &mut **h)
 }
 
 #[cfg(test)]

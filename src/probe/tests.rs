@@ -34,7 +34,7 @@ async fn an_attempt_no_job_carries_is_ended_and_the_vm_is_due_again() {
     let mut h = VmHistory::new("vm-1");
     h.record(PollOutcome::Seen(&vm), t0, &graces);
     h.probe.started(t0);
-    let mut histories = BTreeMap::from([("vm-1".to_string(), h)]);
+    let mut histories = BTreeMap::from([("vm-1".to_string(), Box::new(h))]);
     let mut prober = Prober::new(nowhere(), ProbeLimits::default());
     let later = t0 + SignedDuration::from_secs(30);
     prober

@@ -76,10 +76,15 @@ pub enum ScopePoll<'a> {
     Failed(&'a str),
 }
 
+/// The VM histories of a scope, by VM id. Boxed: a history is ~900 bytes, and a B-tree keeps
+/// its values in nodes of eleven slots that are a third empty on average (at 10 000 VMs, 14 MB
+/// of nodes instead of 9 MB of histories).
+pub type Histories = BTreeMap<String, Box<VmHistory>>;
+
 /// The histories of the VMs of one scope.
 #[derive(Debug, Clone, Default)]
 pub struct ScopeObserver {
-    pub histories: BTreeMap<String, VmHistory>,
+    pub histories: Histories,
     /// Track every VM the listing shows (the `check` command without `--vm`).
     pub track_all_listed: bool,
     /// The VMs whose traffic statistics are worth asking for (Machines without a Node);
@@ -121,7 +126,7 @@ impl ScopeObserver {
         Self {
             histories: ids
                 .into_iter()
-                .map(|id| (id.clone(), VmHistory::new(id)))
+                .map(|id| (id.clone(), Box::new(VmHistory::new(id))))
                 .collect(),
             ..Self::default()
         }
@@ -160,7 +165,7 @@ impl ScopeObserver {
                     for id in by_id.keys() {
                         self.histories
                             .entry(id.clone())
-                            .or_insert_with(|| VmHistory::new(id.clone()));
+                            .or_insert_with(|| Box::new(VmHistory::new(id.clone())));
                     }
                 }
                 for (id, h) in self.histories.iter_mut() {

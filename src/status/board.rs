@@ -38,6 +38,14 @@ impl Rendered {
     }
 }
 
+/// `value` as JSON bytes, exactly sized: `Bytes` keeps a `Vec`'s whole capacity, and a grown
+/// one is up to twice the document (a 4.7 MB report at 10 000 Machines held 8 MB).
+fn json_bytes<T: serde::Serialize + ?Sized>(value: &T) -> Bytes {
+    let mut json = serde_json::to_vec(value).unwrap_or_default();
+    json.shrink_to_fit();
+    Bytes::from(json)
+}
+
 fn gzip(data: &[u8]) -> Bytes {
     use std::io::Write as _;
     let mut enc = flate2::write::GzEncoder::new(
@@ -46,7 +54,9 @@ fn gzip(data: &[u8]) -> Bytes {
     );
     // Writing into a Vec cannot fail.
     let _ = enc.write_all(data);
-    Bytes::from(enc.finish().unwrap_or_default())
+    let mut gz = enc.finish().unwrap_or_default();
+    gz.shrink_to_fit();
+    Bytes::from(gz)
 }
 
 /// The report, and its rendering while it is current.
@@ -107,7 +117,7 @@ impl StatusBoard {
         if let Some(r) = self.cached().filter(|r| r.generation == generation) {
             return r;
         }
-        let json = Bytes::from(serde_json::to_vec(&*report).unwrap_or_default());
+        let json = json_bytes(&*report);
         self.keep(generation, json)
     }
 
@@ -119,7 +129,7 @@ impl StatusBoard {
         loop {
             let own = |r: &StatusReport| (r.version.clone(), r.leader, r.ready);
             (next.version, next.leader, next.ready) = own(&*self.report.read().await);
-            let json = Bytes::from(serde_json::to_vec(&next).unwrap_or_default());
+            let json = json_bytes(&next);
             let mut current = self.report.write().await;
             if own(&current) != own(&next) {
                 continue;
@@ -150,7 +160,7 @@ impl StatusBoard {
         if let Some(json) = self.views_lock().get(generation, &tag) {
             return Ok((etag, json));
         }
-        let json = Bytes::from(serde_json::to_vec(&view(&report, q)?).unwrap_or_default());
+        let json = json_bytes(&view(&report, q)?);
         self.views_lock().keep(generation, tag, json.clone());
         Ok((etag, json))
     }

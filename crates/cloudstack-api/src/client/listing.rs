@@ -108,7 +108,9 @@ impl CloudStackClient {
         } else {
             chunks.iter().map(|c| Some(c.as_str())).collect()
         };
-        let mut seen: HashSet<String> = HashSet::new();
+        // Ids already taken, made only when a second run comes: the first run's items are
+        // moved as they are (`list` de-duplicated them), no second Vec of 10 000 VMs.
+        let mut seen: Option<HashSet<String>> = None;
         for ids in runs {
             let mut p = base.clone();
             if let Some(ids) = ids {
@@ -119,6 +121,11 @@ impl CloudStackClient {
             out.pages += l.pages;
             out.calls += l.calls;
             out.failures.extend(l.failures);
+            if out.vms.is_empty() && seen.is_none() {
+                out.vms = l.items;
+                continue;
+            }
+            let seen = seen.get_or_insert_with(|| out.vms.iter().map(|vm| vm.id.clone()).collect());
             out.vms
                 .extend(l.items.into_iter().filter(|vm| seen.insert(vm.id.clone())));
         }

@@ -482,6 +482,8 @@ impl CloudStackClient {
             _ => true,
         };
         let complete = exhausted && failures.is_empty() && adds_up;
+        // The items live through the poll; a Vec grown page by page is up to twice their size.
+        items.shrink_to_fit();
         if !failures.is_empty() {
             warn!(
                 command,
