@@ -332,3 +332,67 @@ async fn a_trickling_guest_at_increment_off_with_three_servers_is_never_silent()
 async fn the_same_in_a_project_judged_from_the_accumulated_counter_alone() {
     reported_case(true).await;
 }
+
+/// A poll that runs out of time for the usage history (at 10 000 new VMs, ten per request
+/// behind the rate limit, it once took minutes) keeps its listing as evidence and says what
+/// it left; the next poll with time asks them all.
+#[tokio::test]
+async fn a_poll_out_of_time_for_usage_history_keeps_its_listing() {
+    use capc_health_shim::scope::{Scope, ScopeObserver};
+    let (sim, server) = seed_sim().await;
+    let mut cfg =
+        ClientConfig::new(&server.api_url(), Credentials::new(KEY, SECRET).unwrap()).unwrap();
+    cfg.rate_limit = None;
+    cfg.retry.max_attempts = 1;
+    let mut scope = Scope::new(
+        CloudStackClient::new(cfg).expect("client"),
+        VmListQuery::default(),
+        ScopeObserver::tracking_all(),
+        true,
+    );
+    let graces = Graces::default();
+    // Past the seed's boot: its VMs Running, the usage history's candidates.
+    sim.advance(120.0);
+    let now = Timestamp::now();
+    let history_calls = |sim: &Simulator| {
+        sim.calls()["by_command"]["listVirtualMachinesUsageHistory"]
+            .as_object()
+            .map(|m| m.values().filter_map(|v| v.as_u64()).sum::<u64>())
+            .unwrap_or(0)
+    };
+
+    let out_of_time = scope
+        .poll_until(&graces, now, Some(tokio::time::Instant::now()))
+        .await;
+    assert!(out_of_time.listing_error.is_none() && out_of_time.complete);
+    assert!(out_of_time.vms_listed > 0);
+    let note = out_of_time
+        .usage_history_note
+        .expect("a note on what was left");
+    assert!(note.contains("left for the next poll"), "{note}");
+    assert!(
+        scope
+            .observer
+            .histories
+            .values()
+            .all(|h| h.sighting.is_some() && h.last_error.is_none() && h.failing_since.is_none()),
+        "the listing counts: every VM seen, none failing"
+    );
+    assert_eq!(history_calls(&sim), 0, "nothing answered in no time");
+
+    sim.advance(1.0);
+    let with_time = scope
+        .poll_until(
+            &graces,
+            now + SignedDuration::from_secs(1),
+            Some(tokio::time::Instant::now() + Duration::from_secs(30)),
+        )
+        .await;
+    assert_eq!(with_time.usage_history_note, None);
+    assert!(history_calls(&sim) > 0);
+    assert_eq!(
+        scope.observer.usage_cursor, None,
+        "a whole round: start over"
+    );
+    server.shutdown().await;
+}

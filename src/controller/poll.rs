@@ -41,9 +41,13 @@ impl Controller {
             .for_each_concurrent(CONCURRENT_POLLS, |(key, scope)| async move {
                 let started = std::time::Instant::now();
                 let calls_before = scope.polled.client.stats();
-                let polled = tokio::time::timeout(deadline, poll_scope(scope, graces, now))
-                    .instrument(tracing::info_span!("scope_poll", scope = %key))
-                    .await;
+                // The usage history stops a little before the deadline and keeps what it has;
+                // the deadline itself only cuts a listing that hangs.
+                let usage_until = tokio::time::Instant::now() + usage_budget(deadline);
+                let polled =
+                    tokio::time::timeout(deadline, poll_scope(scope, graces, now, usage_until))
+                        .instrument(tracing::info_span!("scope_poll", scope = %key))
+                        .await;
                 if polled.is_err() {
                     let why = format!("the poll did not finish within {}s", deadline.as_secs_f64());
                     scope
@@ -105,10 +109,24 @@ impl Controller {
     }
 }
 
-async fn poll_scope(scope: &mut ScopeState, graces: &Graces, now: Timestamp) {
+/// How much of a scope's poll deadline the usage history may run into: all but a tenth (at
+/// most 5 s), which is left for recording what came back.
+fn usage_budget(deadline: std::time::Duration) -> std::time::Duration {
+    deadline.saturating_sub((deadline / 10).min(std::time::Duration::from_secs(5)))
+}
+
+async fn poll_scope(
+    scope: &mut ScopeState,
+    graces: &Graces,
+    now: Timestamp,
+    usage_until: tokio::time::Instant,
+) {
     let was_failing = scope.report.last_error.is_some();
     scope.report.last_poll = Some(now);
-    let o = scope.polled.poll(graces, now).await;
+    let o = scope
+        .polled
+        .poll_until(graces, now, Some(usage_until))
+        .await;
     scope.report.stats = Some(scope.polled.observer.stats_summary(graces));
     // Only a complete listing can show that a VM is owned by nothing.
     scope.listing = o.listed.filter(|_| o.complete && o.listing_error.is_none());

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use jiff::Timestamp;
 
-use crate::cloudstack::client::{CloudStackClient, VmListQuery};
+use crate::cloudstack::client::{CloudStackClient, VmListQuery, USAGE_IDS_PER_REQUEST};
 use crate::cloudstack::error::CloudStackError;
 use crate::cloudstack::model::{CsTime, UsageHistoryVm, VirtualMachine, VmState};
 use crate::verdict::traffic::{counter_cadence, rose_recently};
@@ -51,6 +51,19 @@ impl Scope {
     /// Polls the scope once: one paginated listing, then the usage history of the VMs whose
     /// listing counters do not prove activity.
     pub async fn poll(&mut self, graces: &Graces, now: Timestamp) -> ScopePollReport {
+        self.poll_until(graces, now, None).await
+    }
+
+    /// [`Scope::poll`], with the usage history asked only until `deadline`: what came back by
+    /// then is kept, the rest waits for the next poll. The listing is the evidence; usage
+    /// history only a liveness hint, so running out of time on it is no failed poll (at
+    /// 10 000 new VMs, ten per request behind the rate limit, it once took minutes).
+    pub async fn poll_until(
+        &mut self,
+        graces: &Graces,
+        now: Timestamp,
+        deadline: Option<tokio::time::Instant>,
+    ) -> ScopePollReport {
         poll(
             &self.client,
             &mut self.observer,
@@ -58,6 +71,7 @@ impl Scope {
             graces,
             &mut self.usage_history,
             now,
+            deadline,
         )
         .await
     }
@@ -100,6 +114,9 @@ pub struct ScopeObserver {
     /// Keep every listed VM's id, name and state in the poll's report (the orphan report
     /// reads them; nothing else needs the VMs no Machine tracks).
     pub keep_listing: bool,
+    /// The last VM whose usage history a poll cut short by its deadline asked: the next poll
+    /// goes on after it.
+    pub usage_cursor: Option<String>,
 }
 
 /// One VM of a scope's listing, as the orphan report needs it.
@@ -264,6 +281,7 @@ async fn poll(
     graces: &Graces,
     usage_history: &mut bool,
     now: Timestamp,
+    deadline: Option<tokio::time::Instant>,
 ) -> ScopePollReport {
     let mut out = ScopePollReport {
         listing_error: None,
@@ -310,25 +328,85 @@ async fn poll(
         graces,
     );
     if *usage_history {
-        let ids = observer.usage_candidates(graces, now);
-        if !ids.is_empty() {
-            let since = now - observer.usage_lookback(&ids, graces);
-            match client.list_usage_history(&ids, Some(CsTime(since))).await {
-                Ok(items) => observer.record_usage(&ids, &items, since, now),
-                Err(CloudStackError::Unsupported { .. }) => {
-                    *usage_history = false;
-                    out.usage_history_note = Some(
-                        "usage history not available here; judging traffic from listing counters"
-                            .into(),
-                    );
-                }
-                Err(e) => {
-                    out.usage_history_note = Some(format!("usage history skipped this poll: {e}"))
-                }
-            }
-        }
+        ask_usage_history(
+            client,
+            observer,
+            graces,
+            usage_history,
+            now,
+            deadline,
+            &mut out,
+        )
+        .await;
     }
     out
+}
+
+/// Rotates the sorted `ids` to begin after `cursor` (and wrap around): where the last poll
+/// that ran out of time stopped.
+fn start_after(ids: &mut [String], cursor: Option<&str>) {
+    if let Some(cursor) = cursor {
+        let first = ids.partition_point(|id| id.as_str() <= cursor);
+        ids.rotate_left(first);
+    }
+}
+
+/// The usage history of the VMs whose counters do not prove activity, a request of ten VMs at
+/// a time, starting after the VM the last poll stopped at (so that a poll cut short by
+/// `deadline` does not leave the same VMs without history every time); each answer is
+/// recorded as it comes.
+async fn ask_usage_history(
+    client: &CloudStackClient,
+    observer: &mut ScopeObserver,
+    graces: &Graces,
+    usage_history: &mut bool,
+    now: Timestamp,
+    deadline: Option<tokio::time::Instant>,
+    out: &mut ScopePollReport,
+) {
+    let mut ids = observer.usage_candidates(graces, now);
+    if ids.is_empty() {
+        return;
+    }
+    start_after(&mut ids, observer.usage_cursor.as_deref());
+    let since = now - observer.usage_lookback(&ids, graces);
+    let mut asked = 0;
+    for chunk in ids.chunks(USAGE_IDS_PER_REQUEST) {
+        let answer = client.list_usage_history(chunk, Some(CsTime(since)));
+        let answer = match deadline {
+            Some(at) => match tokio::time::timeout_at(at, answer).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    out.usage_history_note = Some(format!(
+                        "usage history of {} of {} VMs left for the next poll (poll deadline)",
+                        ids.len() - asked,
+                        ids.len()
+                    ));
+                    return;
+                }
+            },
+            None => answer.await,
+        };
+        match answer {
+            Ok(items) => observer.record_usage(chunk, &items, since, now),
+            Err(CloudStackError::Unsupported { .. }) => {
+                *usage_history = false;
+                out.usage_history_note = Some(
+                    "usage history not available here; judging traffic from listing counters"
+                        .into(),
+                );
+                return;
+            }
+            Err(e) => {
+                out.usage_history_note = Some(format!("usage history skipped this poll: {e}"));
+                return;
+            }
+        }
+        asked += chunk.len();
+        observer.usage_cursor = chunk.last().cloned();
+    }
+    // A whole round: the next poll starts from the first VM again.
+    observer.usage_cursor = None;
 }
 
 #[cfg(test)]
@@ -548,5 +626,22 @@ mod tests {
         );
         assert_eq!(o.histories.len(), 2);
         assert_eq!(o.histories["a"].absent_polls, 1);
+    }
+
+    #[test]
+    fn usage_history_resumes_after_the_vm_a_cut_short_poll_stopped_at() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut all = ids(&["a", "b", "c", "d"]);
+        start_after(&mut all, Some("b"));
+        assert_eq!(all, ids(&["c", "d", "a", "b"]));
+        // A cursor VM that is gone (or no longer a candidate) still orders by id.
+        let mut all = ids(&["a", "c", "d"]);
+        start_after(&mut all, Some("b"));
+        assert_eq!(all, ids(&["c", "d", "a"]));
+        let mut all = ids(&["a", "b"]);
+        start_after(&mut all, Some("z"));
+        assert_eq!(all, ids(&["a", "b"]));
+        start_after(&mut all, None);
+        assert_eq!(all, ids(&["a", "b"]));
     }
 }

@@ -13,7 +13,7 @@ pub use config::{
     ClientConfig, Credentials, RetryPolicy, SECRET_KEY_API_KEY, SECRET_KEY_API_URL,
     SECRET_KEY_SECRET_KEY, SECRET_KEY_VERIFY_SSL,
 };
-pub use listing::{Listing, VmListQuery, VmListing};
+pub use listing::{Listing, VmListQuery, VmListing, USAGE_IDS_PER_REQUEST};
 // What the probe's calls take and give, next to the calls (`client/diagnostics.rs`).
 pub use crate::diagnostics::DiagnosticsKind;
 pub use crate::parse::AsyncJobState;
