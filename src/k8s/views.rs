@@ -77,7 +77,7 @@ impl Meta {
         self.annotations.contains_key(key)
     }
 
-    /// The cluster-name label (`cluster.x-k8s.io/cluster-name`), when it has a value.
+    /// The value of the label `key`, when the object has it.
     pub fn label(&self, key: &str) -> Option<&str> {
         self.labels.get(key).map(String::as_str)
     }
