@@ -1,23 +1,19 @@
-//! Phase 4 of a cycle, act: write every changed condition ([`RunArgs::max_concurrent_writes`]
-//! at a time; a cold start has one per Machine), its Event when the status changed, and in
-//! annotate mode the remediate annotation where the escalation guards allow it.
-//!
-//! Every write first passes the [`LeaseGate`](super::leadership::LeaseGate) and runs under its
-//! own timeout (`--kube-timeout`); once the Lease is found lost, nothing more is written.
-//!
-//! [`RunArgs::max_concurrent_writes`]: super::config::RunArgs::max_concurrent_writes
+//! Phase 4 of a cycle, act: hand every changed condition (with its Event when the status
+//! changed) and, in annotate mode, the remediate annotation where the escalation guards allow
+//! it to the [writer](super::writer), and take in what the writer finished since. The cycle
+//! never waits on the API server (a cold start has one write per Machine): a Machine whose
+//! write is still queued is not written again, and escalates only once the condition it
+//! escalates on is on it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
 
-use super::cycle::{Controller, CycleSummary, Written};
+use super::cycle::{Controller, CycleSummary};
 use super::decide::Decided;
 use super::gather::Gathered;
-use super::kube_io;
-use super::leadership::Refusal;
 use super::targets::Target;
+use super::writer::{kind, outcome, EventNote, Job, MachineRef, Outcome, WriteTarget, Writer};
 use crate::cli::to_std;
 use crate::k8s::escalation::{self, Escalation, EscalationFacts};
 use crate::k8s::kube_error::KubeError;
@@ -38,19 +34,63 @@ pub(super) struct EscalationState {
 pub(super) struct Acted {
     /// Each target's escalation state (in target order).
     pub escalations: Vec<EscalationState>,
-    /// Machines (`namespace/name`) whose condition write failed this cycle, with why: `/status`
+    /// Machines (`namespace/name`) whose last condition write failed, with why: `/status`
     /// shows what they still carry and the failure, not the condition that was not written.
-    pub failed_writes: std::collections::BTreeMap<String, String>,
+    pub failed_writes: BTreeMap<String, String>,
 }
 
-/// The kinds of writes, as the `kind` label of `capc_health_kube_writes_total`.
-pub(super) mod kind {
-    pub const CONDITION: &str = "condition";
-    pub const ANNOTATION: &str = "annotation";
-    pub const EVENT: &str = "event";
+/// The writes handed to the writer and not finished yet, by Machine (`namespace/name`).
+#[derive(Debug, Default)]
+pub(super) struct PendingWrites {
+    pub(super) conditions: BTreeSet<String>,
+    /// With whether the Machine is a control-plane Machine (one at a time per cluster).
+    pub(super) annotations: BTreeMap<String, bool>,
+    /// Annotations written since the cycle began (their state in `/status`).
+    pub(super) annotated_now: BTreeSet<String>,
 }
 
 impl Controller {
+    /// The writer task, started on first use (after [`Controller::leading_by`] set the Lease).
+    fn writer(&mut self) -> &Writer {
+        self.writer.get_or_insert_with(|| {
+            Writer::start(
+                WriteTarget {
+                    client: self.client.clone(),
+                    machine: self.resources.machine.clone(),
+                    layout: self.api.layout,
+                    events: self.events.clone(),
+                    lease: self.lease.clone(),
+                    metrics: self.metrics.clone(),
+                    timeout: to_std(self.args.kube_timeout),
+                    refusing: Default::default(),
+                },
+                usize::try_from(self.args.write_queue).unwrap_or(usize::MAX),
+                usize::from(self.args.max_concurrent_writes),
+            )
+        })
+    }
+
+    /// Hands `job` to the writer; `false` when its queue was full (the job is dropped).
+    pub(super) fn enqueue(&mut self, job: Job, summary: &mut CycleSummary) -> bool {
+        let sent = self.writer().send(job);
+        if !sent {
+            summary.dropped_writes += 1;
+        }
+        sent
+    }
+
+    /// Writes handed to the writer and not finished.
+    pub fn writes_in_flight(&self) -> usize {
+        self.writer.as_ref().map_or(0, Writer::in_flight)
+    }
+
+    /// Resolves once the writer has nothing queued or in flight.
+    pub async fn writes_done(&mut self) {
+        if let Some(w) = &self.writer {
+            w.idle().await;
+        }
+    }
+
     /// Acts on `d`: conditions, Events, annotations. Returns each target's escalation state.
     pub(super) async fn act(
         &mut self,
@@ -59,29 +99,20 @@ impl Controller {
         now: Timestamp,
         summary: &mut CycleSummary,
     ) -> Acted {
-        // Why writes were not sent this cycle (the first refusal stands for all of them).
-        let mut refused: Option<String> = None;
-        let mut failed_writes = std::collections::BTreeMap::new();
-        for (t, next, outcome) in self.write_conditions(&g.targets, &d.conditions).await {
-            match &outcome {
-                Err(KubeError::NotLeader { message, .. }) => {
-                    refused.get_or_insert_with(|| message.clone());
-                }
-                Err(e) => {
-                    failed_writes.insert(
-                        format!("{}/{}", t.machine.namespace, t.machine.name),
-                        format!("could not write {}/{}: {e}", next.status, next.reason),
-                    );
-                }
-                Ok(()) => {}
-            }
-            self.record_write(t, next, outcome, now, summary);
+        let live: BTreeSet<String> = g.targets.iter().map(key_of).collect();
+        self.write_errors.retain(|k, _| live.contains(k));
+        self.queue_conditions(&g.targets, &d.conditions, summary);
+        if self.wait_for_writes {
+            self.writes_done().await;
+            self.take_outcomes(summary);
         }
         let mut cp_in_flight: BTreeSet<(String, String)> = g
             .targets
             .iter()
             .filter(|t| {
-                t.machine.is_control_plane() && t.machine.annotated(well_known::REMEDIATE_MACHINE)
+                t.machine.is_control_plane()
+                    && (t.machine.annotated(well_known::REMEDIATE_MACHINE)
+                        || self.pending.annotations.get(&key_of(t)) == Some(&true))
             })
             .map(|t| (t.machine.namespace.clone(), t.machine.cluster_name.clone()))
             .collect();
@@ -95,11 +126,23 @@ impl Controller {
                 },
                 detail: None,
             };
-            let machine = format!("{}/{}", t.machine.namespace, t.machine.name);
-            if let Some(error) = failed_writes.get(&machine) {
+            let machine = key_of(t);
+            if let Some(error) = self.write_errors.get(&machine) {
                 // Never escalate on a condition the Machine does not carry.
                 state.state = "held";
                 state.detail = Some(error.clone());
+                states.push(state);
+                continue;
+            }
+            if self.pending.conditions.contains(&machine) {
+                state.state = "pending";
+                state.detail = Some("the condition is being written".into());
+                states.push(state);
+                continue;
+            }
+            if self.pending.annotations.contains_key(&machine) {
+                state.state = "pending";
+                state.detail = Some("the remediate annotation is being written".into());
                 states.push(state);
                 continue;
             }
@@ -111,19 +154,26 @@ impl Controller {
                         crate::verdict::reason::NODE_NOT_LINKED
                     ));
                 }
-                if let Err(message) = self
-                    .escalate(t, published, now, &mut cp_in_flight, &mut state, summary)
-                    .await
-                {
-                    refused.get_or_insert(message);
-                }
+                self.escalate(t, published, now, &mut cp_in_flight, &mut state, summary);
             }
             states.push(state);
+        }
+        if self.wait_for_writes {
+            self.writes_done().await;
+            self.take_outcomes(summary);
+            for (t, state) in g.targets.iter().zip(states.iter_mut()) {
+                if self.pending.annotated_now.contains(&key_of(t)) {
+                    *state = EscalationState {
+                        state: "annotated",
+                        detail: None,
+                    };
+                }
+            }
         }
         if self.lease.lost() {
             summary.lost_lease = true;
         }
-        if let Some(why) = refused {
+        if let Some(why) = self.refusal.take() {
             // Once per cycle, not once per Machine: a cold start refuses thousands at once.
             tracing::warn!(writes = summary.refused_writes, reason = %why,
                 "not writing: the leader Lease is not confirmed");
@@ -132,165 +182,170 @@ impl Controller {
                 summary.refused_writes
             ));
         }
+        if summary.dropped_writes > 0 {
+            summary.problems.push(format!(
+                "{} write(s) not queued: the writer's queue (--write-queue {}) is full; decided again next cycle",
+                summary.dropped_writes, self.args.write_queue
+            ));
+        }
         Acted {
             escalations: states,
-            failed_writes,
+            failed_writes: self.write_errors.clone().into_iter().collect(),
         }
     }
 
-    /// Sends one write of `kind` about `object` (`Machine ns/name`) if the Lease is confirmed, and counts its
-    /// outcome; a refusal is the write's error ([`KubeError::NotLeader`]) and nothing is sent
-    /// (`write` is a future: it does nothing until awaited here).
-    pub(super) async fn gated(
-        &self,
-        kind: &str,
-        object: &str,
-        write: impl std::future::Future<Output = Result<(), KubeError>>,
-    ) -> Result<(), KubeError> {
-        let outcome = match self.lease.confirm().await {
-            Ok(()) => write.await,
-            Err(refusal) => {
-                tracing::debug!(object = %object, kind = kind, reason = %refusal.message(),
-                    "write not sent: the leader Lease is not confirmed");
-                let message = match &refusal {
-                    Refusal::Lost(why) => format!("no longer the leader: {why}"),
-                    Refusal::Unconfirmed(why) => why.clone(),
-                };
-                Err(KubeError::NotLeader {
-                    what: format!("{kind} on {object}"),
-                    message,
-                })
-            }
-        };
-        let label = outcome.as_ref().map_or_else(KubeError::label, |()| "ok");
-        self.metrics.record_write(kind, label);
-        outcome
-    }
-
-    /// Writes every changed condition, followed by its Event when the status changed. Each
-    /// written target with its condition and the outcome, in target order.
-    async fn write_conditions<'a>(
-        &self,
-        targets: &'a [Target],
-        nexts: &'a [Option<ConditionState>],
-    ) -> Vec<(&'a Target, &'a ConditionState, Result<(), KubeError>)> {
-        let changed = targets
-            .iter()
-            .zip(nexts)
-            .enumerate()
-            .filter_map(|(i, (t, next))| {
-                let next = next.as_ref()?;
-                (!is_unchanged(t.current.as_ref(), next)).then_some((i, t, next))
-            });
-        let mut outcomes: Vec<(usize, Result<(), KubeError>)> = stream::iter(changed)
-            .map(|(i, t, next)| async move { (i, self.write_condition(t, next).await) })
-            .buffer_unordered(usize::from(self.args.max_concurrent_writes))
-            .collect()
-            .await;
-        outcomes.sort_by_key(|(i, _)| *i);
-        outcomes
-            .into_iter()
-            .filter_map(|(i, outcome)| Some((&targets[i], nexts[i].as_ref()?, outcome)))
-            .collect()
-    }
-
-    async fn write_condition(&self, t: &Target, next: &ConditionState) -> Result<(), KubeError> {
-        let m = &t.machine;
-        let machine = format!("{}/{}", m.namespace, m.name);
-        let timeout = to_std(self.args.kube_timeout);
-        let write = kube_io::apply_condition(
-            &self.client,
-            &self.resources.machine,
-            self.api.layout,
-            (&m.namespace, &m.name),
-            next,
-            timeout,
-        );
-        self.gated(kind::CONDITION, &format!("Machine {machine}"), write)
-            .await?;
-        tracing::debug!(machine = %machine, status = %next.status, reason = %next.reason, "condition written");
-        let previous = t.current.as_ref().map(|c| c.status);
-        if previous != Some(next.status) {
-            tracing::info!(machine = %machine, status = %next.status, reason = %next.reason,
-                message = %next.message, "verdict changed");
-        }
-        if needs_event(previous, next.status) {
-            let note = format!(
-                "{} is {}: {}",
-                self.args.condition_type, next.status, next.message
-            );
-            self.publish_event(t, next.status != Status::True, &next.reason, note)
-                .await;
-        }
-        Ok(())
-    }
-
-    /// An Event about `t`'s Machine; a failure is logged and counted, never fatal.
-    async fn publish_event(&self, t: &Target, warning: bool, reason: &str, note: String) {
-        let m = &t.machine;
-        let machine = format!("{}/{}", m.namespace, m.name);
-        let write = self.events.publish(
-            (&m.namespace, &m.name, m.uid.as_deref()),
-            warning,
-            reason,
-            note,
-            to_std(self.args.kube_timeout),
-        );
-        if let Err(e) = self
-            .gated(kind::EVENT, &format!("Machine {machine}"), write)
-            .await
-        {
-            tracing::warn!(machine = %machine, error = %e, "cannot publish Event");
-        }
-    }
-
-    /// The bookkeeping of one condition write: our record of it, metrics, the cycle's count.
-    fn record_write(
+    /// Queues every changed condition (with its Event when the status changed) that is not
+    /// already queued; counts the unchanged ones.
+    fn queue_conditions(
         &mut self,
-        t: &Target,
-        next: &ConditionState,
-        outcome: Result<(), KubeError>,
-        now: Timestamp,
+        targets: &[Target],
+        nexts: &[Option<ConditionState>],
         summary: &mut CycleSummary,
     ) {
-        match outcome {
-            Ok(()) => {}
-            Err(KubeError::NotLeader { .. }) => {
-                summary.refused_writes += 1;
-                return;
+        let mut unchanged = 0u64;
+        for (t, next) in targets.iter().zip(nexts) {
+            let Some(next) = next else { continue };
+            if is_unchanged(t.current.as_ref(), next) {
+                unchanged += 1;
+                continue;
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "condition write failed; retried next cycle");
-                summary.problems.push(e.to_string());
-                return;
+            let machine = key_of(t);
+            if self.pending.conditions.contains(&machine) {
+                continue; // its write is still queued; decided again once it is done
             }
-        }
-        summary.condition_writes += 1;
-        if let Some(uid) = &t.machine.uid {
-            self.written.insert(
-                uid.clone(),
-                Written {
-                    condition: next.clone(),
-                    based_on: t.machine.resource_version.clone(),
-                },
-            );
-        }
-        if t.current.as_ref().map(|c| c.status) != Some(next.status) {
-            self.metrics.record_transition(next.status, &next.reason);
-            if next.status == Status::False {
-                if let Some(created) = t.created {
-                    self.metrics.observe_time_to_false(
-                        &next.reason,
-                        now.duration_since(created).as_secs_f64(),
+            let previous = t.current.as_ref().map(|c| c.status);
+            let event = needs_event(previous, next.status).then(|| EventNote {
+                warning: next.status != Status::True,
+                reason: next.reason.clone(),
+                note: format!(
+                    "{} is {}: {}",
+                    self.args.condition_type, next.status, next.message
+                ),
+            });
+            let job = Job::Condition {
+                machine: machine_ref(t),
+                condition: next.clone(),
+                previous,
+                created: t.created,
+                event,
+            };
+            if self.enqueue(job, summary) {
+                self.pending.conditions.insert(machine);
+                // Laid over the watch cache until it shows a newer version (gather).
+                if let Some(uid) = &t.machine.uid {
+                    self.written.insert(
+                        uid.clone(),
+                        super::cycle::Written {
+                            condition: next.clone(),
+                            based_on: t.machine.resource_version.clone(),
+                        },
                     );
+                }
+            }
+        }
+        self.metrics
+            .record_write_outcomes(kind::CONDITION, outcome::UNCHANGED, unchanged);
+    }
+
+    /// Takes in what the writer finished: our record of each write, metrics, the cycle's
+    /// counts, the write errors `/status` shows.
+    pub(super) fn take_outcomes(&mut self, summary: &mut CycleSummary) {
+        let Some(writer) = &self.writer else { return };
+        for Outcome { job, result } in writer.outcomes() {
+            match job {
+                Job::Condition {
+                    machine,
+                    condition,
+                    previous,
+                    created,
+                    ..
+                } => {
+                    let key = machine.key();
+                    self.pending.conditions.remove(&key);
+                    match result {
+                        Ok(()) => {
+                            self.write_errors.remove(&key);
+                            summary.condition_writes += 1;
+                            self.record_written(&machine, &condition, previous, created);
+                        }
+                        Err(e) => {
+                            if let Some(uid) = &machine.uid {
+                                self.written.remove(uid); // not what the Machine carries
+                            }
+                            self.note_failure(&e, summary);
+                            if !matches!(e, KubeError::NotLeader { .. }) {
+                                self.write_errors.insert(
+                                    key,
+                                    format!(
+                                        "could not write {}/{}: {e}",
+                                        condition.status, condition.reason
+                                    ),
+                                );
+                            }
+                        }
+                    }
+                }
+                Job::Annotation { machine, .. } => {
+                    self.pending.annotations.remove(&machine.key());
+                    match result {
+                        Ok(()) => {
+                            self.pending.annotated_now.insert(machine.key());
+                            summary.annotations += 1;
+                            self.metrics.record_escalation("annotated");
+                        }
+                        Err(e) => self.note_failure(&e, summary),
+                    }
+                }
+                Job::Event { reference, .. } => {
+                    if let Err(e) = result {
+                        tracing::warn!(object = ?reference.name, error = %e, "cannot publish the Event");
+                    }
                 }
             }
         }
     }
 
-    /// Escalates `t` when the guards allow it; `Err` carries why an annotation was not sent
-    /// because the Lease could not be confirmed.
-    async fn escalate(
+    fn note_failure(&mut self, e: &KubeError, summary: &mut CycleSummary) {
+        match e {
+            KubeError::NotLeader { message, .. } => {
+                summary.refused_writes += 1;
+                self.refusal.get_or_insert_with(|| message.clone());
+            }
+            e => {
+                tracing::warn!(error = %e, "write failed; decided again next cycle");
+                summary.problems.push(e.to_string());
+            }
+        }
+    }
+
+    /// The metrics of a condition that reached the Machine.
+    fn record_written(
+        &self,
+        machine: &MachineRef,
+        next: &ConditionState,
+        previous: Option<Status>,
+        created: Option<Timestamp>,
+    ) {
+        if previous == Some(next.status) {
+            return;
+        }
+        tracing::info!(machine = %machine.key(), status = %next.status, reason = %next.reason,
+            message = %next.message, "verdict changed");
+        self.metrics.record_transition(next.status, &next.reason);
+        if next.status == Status::False {
+            if let Some(created) = created {
+                // Measured to the decision (the condition's transition time), not to the write.
+                let seconds = next
+                    .last_transition_time
+                    .duration_since(created)
+                    .as_secs_f64();
+                self.metrics.observe_time_to_false(&next.reason, seconds);
+            }
+        }
+    }
+
+    /// Queues the remediate annotation for `t` when the guards allow it.
+    fn escalate(
         &mut self,
         t: &Target,
         published: &ConditionState,
@@ -298,7 +353,7 @@ impl Controller {
         cp_in_flight: &mut BTreeSet<(String, String)>,
         state: &mut EscalationState,
         summary: &mut CycleSummary,
-    ) -> Result<(), String> {
+    ) {
         let m = &t.machine;
         let cluster = (m.namespace.clone(), m.cluster_name.clone());
         let decision = escalation::decide(&EscalationFacts {
@@ -324,36 +379,6 @@ impl Controller {
                 state.detail = Some(format!("{reason}: {message}"));
             }
             Escalation::Annotate => {
-                let machine = format!("{}/{}", m.namespace, m.name);
-                let write = kube_io::annotate_for_remediation(
-                    &self.client,
-                    &self.resources.machine,
-                    (&m.namespace, &m.name),
-                    &published.reason,
-                    to_std(self.args.kube_timeout),
-                );
-                match self
-                    .gated(kind::ANNOTATION, &format!("Machine {machine}"), write)
-                    .await
-                {
-                    Ok(()) => {}
-                    Err(KubeError::NotLeader { message, .. }) => {
-                        summary.refused_writes += 1;
-                        return Err(message);
-                    }
-                    Err(e) => {
-                        summary.problems.push(e.to_string());
-                        return Ok(());
-                    }
-                }
-                summary.annotations += 1;
-                self.metrics.record_escalation("annotated");
-                state.state = "annotated";
-                if m.is_control_plane() {
-                    cp_in_flight.insert(cluster);
-                }
-                tracing::warn!(machine = %machine, reason = %published.reason,
-                    "escalated: remediate-machine annotation set");
                 let note = format!(
                     "set {} after {} False since {}: {}",
                     well_known::REMEDIATE_MACHINE,
@@ -361,10 +386,38 @@ impl Controller {
                     crate::verdict::at(published.last_transition_time),
                     published.message
                 );
-                self.publish_event(t, true, "RemediationRequested", note)
-                    .await;
+                let job = Job::Annotation {
+                    machine: machine_ref(t),
+                    reason: published.reason.clone(),
+                    event: EventNote {
+                        warning: true,
+                        reason: "RemediationRequested".into(),
+                        note,
+                    },
+                };
+                if self.enqueue(job, summary) {
+                    self.pending
+                        .annotations
+                        .insert(key_of(t), m.is_control_plane());
+                    state.state = "pending";
+                    state.detail = Some("the remediate annotation is being written".into());
+                    if m.is_control_plane() {
+                        cp_in_flight.insert(cluster);
+                    }
+                }
             }
         }
-        Ok(())
+    }
+}
+
+fn key_of(t: &Target) -> String {
+    format!("{}/{}", t.machine.namespace, t.machine.name)
+}
+
+fn machine_ref(t: &Target) -> MachineRef {
+    MachineRef {
+        namespace: t.machine.namespace.clone(),
+        name: t.machine.name.clone(),
+        uid: t.machine.uid.clone(),
     }
 }

@@ -121,6 +121,10 @@ pub struct RunArgs {
     /// Condition writes (each with its Event) in flight at once; a cold start writes one per Machine.
     #[arg(long, env = "CAPC_HEALTH_MAX_CONCURRENT_WRITES", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub max_concurrent_writes: u16,
+    /// Writes waiting for the writer task at most; a cycle's writes past it are dropped and
+    /// decided again next cycle (`capc_health_writes_total{outcome="dropped"}`).
+    #[arg(long, env = "CAPC_HEALTH_WRITE_QUEUE", default_value_t = 16384, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub write_queue: u32,
     /// Skip leader election (single replica, tests).
     #[arg(long, env = "CAPC_HEALTH_NO_LEADER_ELECTION")]
     pub no_leader_election: bool,

@@ -7,8 +7,9 @@
 //!    the watched CloudStackMachines into the orphan report.
 //! 3. [decide](super::decide): the one decision pipeline (`verdict::decide`), with the
 //!    NodeNotLinked lookup between its passes.
-//! 4. [act](super::act): condition writes, Events, the remediate annotation — each behind the
-//!    leader Lease and its own timeout; then one Event per newly reported orphan.
+//! 4. [act](super::act): one Event per newly reported orphan, condition writes with their
+//!    Events, the remediate annotation — handed to the [writer](super::writer) task, which
+//!    sends each behind the leader Lease and its own timeout.
 //! 5. [report](super::report): `/status` and the verdict gauges.
 
 use std::collections::{BTreeMap, HashMap};
@@ -55,6 +56,17 @@ pub struct Controller {
     pub(super) probing: super::probing::Probing,
     /// The orphan report (off with `--no-orphan-report`).
     pub(super) orphans: Option<crate::orphans::OrphanFinder>,
+    /// The writer task (started on the first write).
+    pub(super) writer: Option<super::writer::Writer>,
+    /// Writes handed to the writer and not finished.
+    pub(super) pending: super::act::PendingWrites,
+    /// Machines (`namespace/name`) whose last condition write failed, with why.
+    pub(super) write_errors: HashMap<String, String>,
+    /// Why writes were refused since the last cycle (the first refusal stands for all).
+    pub(super) refusal: Option<String>,
+    /// Whether a cycle waits for its writes (tests: a cycle and its writes as one step) or
+    /// leaves them to the writer (`run`: [`Controller::detached_writes`]).
+    pub(super) wait_for_writes: bool,
 }
 
 /// A condition this process wrote, and the version of the Machine it was based on.
@@ -69,10 +81,15 @@ pub(super) struct Written {
 pub struct CycleSummary {
     pub machines: usize,
     pub scopes: usize,
+    /// Condition writes whose success this cycle took in from the writer (with detached
+    /// writes: sent since the last cycle, not necessarily decided by this one).
     pub condition_writes: usize,
+    /// Remediate annotations likewise.
     pub annotations: usize,
     /// Writes not sent because the leader Lease could not be confirmed.
     pub refused_writes: usize,
+    /// Writes not queued because the writer's queue was full (decided again next cycle).
+    pub dropped_writes: usize,
     /// The Lease turned out to be someone else's: this replica must stop.
     pub lost_lease: bool,
     pub problems: Vec<String>,
@@ -116,7 +133,19 @@ impl Controller {
             written: HashMap::new(),
             probing: Default::default(),
             orphans,
+            writer: None,
+            pending: Default::default(),
+            write_errors: HashMap::new(),
+            refusal: None,
+            wait_for_writes: true,
         }
+    }
+
+    /// Cycles hand their writes to the writer task and return without waiting for them
+    /// (`run`); a cycle takes in the outcomes that arrived since the last.
+    pub fn detached_writes(mut self) -> Self {
+        self.wait_for_writes = false;
+        self
     }
 
     /// The metrics it records into.
@@ -136,6 +165,10 @@ impl Controller {
         let span = tracing::info_span!("cycle", at = %now);
         let summary = async {
             let mut summary = CycleSummary::default();
+            // First, so that a write that failed since the last cycle is not laid over the
+            // watch cache as if the Machine carried it.
+            self.pending.annotated_now.clear();
+            self.take_outcomes(&mut summary);
             let gathered = self.gather(now, &mut summary).await;
             self.refresh_probe_key().await;
             self.poll(now).await;
@@ -145,8 +178,8 @@ impl Controller {
             self.probe_step(now).await;
             let new_orphans = self.find_orphans(&gathered, now);
             let decided = self.decide(&gathered, now, &mut summary).await;
+            self.announce_orphans(&new_orphans, &mut summary);
             let acted = self.act(&gathered, &decided, now, &mut summary).await;
-            self.announce_orphans(&new_orphans).await;
             self.report(&gathered, &decided, acted, &summary, now).await;
             summary
         }

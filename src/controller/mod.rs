@@ -8,6 +8,8 @@
 //!   [`report`].
 //! - [`targets`]: watched objects → Machines to judge (pure).
 //! - [`leadership`]: the Lease confirmed before every write.
+//! - [`writer`]: the task that sends every write behind a bounded queue, so a slow API
+//!   server never holds up a poll.
 //! - [`kube_io`]: discovery, watches and the writes to the API server (their typed errors are
 //!   [`crate::k8s::kube_error`]).
 
@@ -25,5 +27,6 @@ pub mod probing;
 pub mod report;
 pub mod run;
 pub mod targets;
+pub mod writer;
 
 pub use config::RunArgs;

@@ -1,6 +1,6 @@
 //! The orphan report in the cycle ([`crate::orphans`] decides): which endpoints gather must
 //! keep listing, the sightings and listings fed to the finder after the poll, and one Warning
-//! Event on the Cluster per orphan when it is first reported (behind the leader Lease).
+//! Event on the Cluster per orphan when it is first reported (through the writer).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -8,11 +8,10 @@ use std::sync::Arc;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use super::act::kind;
-use super::cycle::Controller;
+use super::cycle::{Controller, CycleSummary};
 use super::gather::Gathered;
 use super::targets::{EndpointRef, FailureDomains};
-use crate::cli::to_std;
+use super::writer::{EventNote, Job};
 use crate::k8s::watched::CloudStackMachineRecord;
 use crate::orphans::{ClusterSighting, MachineSighting, ScopeListing};
 use crate::status::{OrphanDetectionReport, OrphanReport};
@@ -121,7 +120,7 @@ impl Controller {
 
     /// One Warning Event per newly reported orphan on its Cluster (none without a cluster
     /// label: the orphan is still in `/status` and the metric).
-    pub(super) async fn announce_orphans(&self, newly: &[OrphanReport]) {
+    pub(super) fn announce_orphans(&mut self, newly: &[OrphanReport], summary: &mut CycleSummary) {
         let clusters = self.stores.clusters.state();
         for o in newly {
             let Some((namespace, name)) = o.cluster.as_deref().and_then(|c| c.split_once('/'))
@@ -156,18 +155,19 @@ impl Controller {
                     name: Some(n.to_string()),
                     ..Default::default()
                 });
-            let write = self.events.publish_about(
-                reference,
-                related,
-                true,
-                ORPHAN_EVENT_REASON,
+            let event = EventNote {
+                warning: true,
+                reason: ORPHAN_EVENT_REASON.into(),
                 note,
-                to_std(self.args.kube_timeout),
+            };
+            self.enqueue(
+                Job::Event {
+                    reference,
+                    related,
+                    event,
+                },
+                summary,
             );
-            let object = format!("Cluster {namespace}/{name}");
-            if let Err(e) = self.gated(kind::EVENT, &object, write).await {
-                tracing::warn!(cluster = %object, error = %e, "cannot publish the orphan Event");
-            }
         }
     }
 

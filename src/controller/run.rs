@@ -35,6 +35,9 @@ pub mod exit {
 
 use super::config::{LEASE_RENEW_BEFORE_SECONDS, LEASE_SECONDS};
 
+/// How long a stopping leader waits for the writes it already decided.
+const SHUTDOWN_WRITES: Duration = Duration::from_secs(10);
+
 /// How often discovery runs again while leading (CAPI upgrades flip served versions).
 const REDISCOVERY_EVERY: Duration = Duration::from_secs(600);
 
@@ -284,7 +287,8 @@ pub async fn main(args: RunArgs) -> u8 {
         report.clone(),
         metrics.clone(),
     )
-    .leading_by(gate.clone());
+    .leading_by(gate.clone())
+    .detached_writes();
     let interval = Duration::try_from(args.poll_interval).unwrap_or(Duration::from_secs(30));
     let mut code = exit::STOPPED;
     let mut last_discovery = std::time::Instant::now();
@@ -335,11 +339,23 @@ pub async fn main(args: RunArgs) -> u8 {
         tokio::select! {
             _ = stopped() => break,
             _ = lost => {
-                tracing::error!("lost the leader Lease; stopping writes and exiting");
+                tracing::error!("no longer the leader (the Lease renewal lost it); stopping writes and exiting");
                 code = exit::LOST_LEASE;
                 break;
             }
             _ = controller.wait_probing(jittered(interval)) => {}
+        }
+    }
+    if code == exit::STOPPED {
+        // Still the leader: let the writes already decided go out before the Lease is released.
+        if tokio::time::timeout(SHUTDOWN_WRITES, controller.writes_done())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = controller.writes_in_flight(),
+                "stopping with writes not sent; the next leader decides them again"
+            );
         }
     }
     metrics.set_leader(false);

@@ -65,6 +65,15 @@ pub struct WriteLabels {
     pub result: String,
 }
 
+/// What became of a write the cycle decided: `kind` as in [`WriteLabels`]; `outcome` is
+/// `written`, `unchanged` (nothing to write), `failed`, `timed_out`, `dropped` (the writer's
+/// queue was full) or `refused` (the leader Lease was not confirmed).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteOutcomeLabels {
+    pub kind: String,
+    pub outcome: String,
+}
+
 /// A guest probe attempt's answer (`reply`, `no_reply`, `no_evidence`), or what else the
 /// probe counted (`job_started`, `router_lookup`, `skipped_budget`, `skipped_in_flight_cap`,
 /// `skipped_router_busy`).
@@ -128,6 +137,8 @@ pub struct Metrics {
     time_to_verdict: HistogramFamily<ReasonLabels>,
     mass_failure_held: Family<ScopeLabels, Gauge>,
     kube_writes: Family<WriteLabels, Counter>,
+    writes: Family<WriteOutcomeLabels, Counter>,
+    write_queue: Gauge,
     cycle_duration: Histogram,
     leader: Gauge,
     ready: Gauge,
@@ -209,6 +220,18 @@ impl Metrics {
             "Writes to the API server by kind (condition, annotation, event) and result (ok or the error kind)",
             kube_writes.clone(),
         );
+        let writes = Family::<WriteOutcomeLabels, Counter>::default();
+        registry.register(
+            "writes",
+            "What became of each write the cycle decided, by kind and outcome (written, unchanged, failed, timed_out, dropped, refused)",
+            writes.clone(),
+        );
+        let write_queue = Gauge::default();
+        registry.register(
+            "write_queue",
+            "Writes queued for the writer task or being written",
+            write_queue.clone(),
+        );
         let cycle_duration = poll_histogram();
         registry.register(
             "cycle_duration_seconds",
@@ -263,6 +286,8 @@ impl Metrics {
             time_to_verdict,
             mass_failure_held,
             kube_writes,
+            writes,
+            write_queue,
             cycle_duration,
             leader,
             ready,
@@ -468,6 +493,26 @@ impl Metrics {
                 scope: scope.to_string(),
             })
             .set(i64::from(held));
+    }
+
+    /// `n` writes of `kind` the cycle decided ended in `outcome` (see [`WriteOutcomeLabels`]).
+    pub fn record_write_outcomes(&self, kind: &str, outcome: &str, n: u64) {
+        self.writes
+            .get_or_create(&WriteOutcomeLabels {
+                kind: kind.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc_by(n);
+    }
+
+    /// One write of `kind` the cycle decided ended in `outcome`.
+    pub fn record_write_outcome(&self, kind: &str, outcome: &str) {
+        self.record_write_outcomes(kind, outcome, 1);
+    }
+
+    /// Writes queued for the writer task or being written.
+    pub fn set_write_queue(&self, n: usize) {
+        self.write_queue.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// One write to the API server of `kind` that ended in `result` (`ok` or an error label).
