@@ -99,8 +99,10 @@ impl Controller {
         now: Timestamp,
         summary: &mut CycleSummary,
     ) -> Acted {
-        let live: BTreeSet<String> = g.targets.iter().map(key_of).collect();
-        self.write_errors.retain(|k, _| live.contains(k));
+        if !self.write_errors.is_empty() {
+            let live: BTreeSet<String> = g.targets.iter().map(key_of).collect();
+            self.write_errors.retain(|k, _| live.contains(k));
+        }
         self.queue_conditions(&g.targets, &d.conditions, summary);
         if self.wait_for_writes {
             self.writes_done().await;
@@ -404,6 +406,12 @@ impl Controller {
                     if m.is_control_plane() {
                         cp_in_flight.insert(cluster);
                     }
+                } else {
+                    state.state = "pending";
+                    state.detail = Some(
+                        "the remediate annotation is due; the write queue is full (next cycle)"
+                            .into(),
+                    );
                 }
             }
         }
