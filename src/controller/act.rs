@@ -128,23 +128,12 @@ impl Controller {
                 },
                 detail: None,
             };
-            let machine = key_of(t);
-            if let Some(error) = self.write_errors.get(&machine) {
-                // Never escalate on a condition the Machine does not carry.
-                state.state = "held";
-                state.detail = Some(error.clone());
-                states.push(state);
-                continue;
-            }
-            if self.pending.conditions.contains(&machine) {
-                state.state = "pending";
-                state.detail = Some("the condition is being written".into());
-                states.push(state);
-                continue;
-            }
-            if self.pending.annotations.contains_key(&machine) {
-                state.state = "pending";
-                state.detail = Some("the remediate annotation is being written".into());
+            if let Some(waiting) = self.waiting_on_a_write(t) {
+                // Never escalate on a condition the Machine does not carry (yet).
+                if state.state != "annotated" || waiting.0 == "held" {
+                    state.state = waiting.0;
+                    state.detail = Some(waiting.1);
+                }
                 states.push(state);
                 continue;
             }
@@ -196,6 +185,32 @@ impl Controller {
         }
     }
 
+    /// Why `t` cannot escalate now because of a write of ours (its state and detail): its
+    /// last condition write failed, or a condition or annotation write is still queued.
+    /// Cheap when nothing is failed or queued (no key is built).
+    fn waiting_on_a_write(&self, t: &Target) -> Option<(&'static str, String)> {
+        if self.write_errors.is_empty()
+            && self.pending.conditions.is_empty()
+            && self.pending.annotations.is_empty()
+        {
+            return None;
+        }
+        let machine = key_of(t);
+        if let Some(error) = self.write_errors.get(&machine) {
+            return Some(("held", error.clone()));
+        }
+        if self.pending.conditions.contains(&machine) {
+            return Some(("pending", "the condition is being written".into()));
+        }
+        if self.pending.annotations.contains_key(&machine) {
+            return Some((
+                "pending",
+                "the remediate annotation is being written".into(),
+            ));
+        }
+        None
+    }
+
     /// Queues every changed condition (with its Event when the status changed) that is not
     /// already queued; counts the unchanged ones.
     fn queue_conditions(
@@ -209,6 +224,10 @@ impl Controller {
             let Some(next) = next else { continue };
             if is_unchanged(t.current.as_ref(), next) {
                 unchanged += 1;
+                if !self.write_errors.is_empty() {
+                    // It carries what was decided: an earlier failed write no longer stands.
+                    self.write_errors.remove(&key_of(t));
+                }
                 continue;
             }
             let machine = key_of(t);
