@@ -14,7 +14,9 @@ use criterion::{BatchSize, Criterion};
 use capc_health_shim::cloudstack::model::VirtualMachine;
 use capc_health_shim::cloudstack::parse::{parse_list_page, Reply};
 use capc_health_shim::cloudstack::signing;
-use capc_health_shim::orphans::{ClusterSighting, MachineSighting, OrphanFinder, ScopeListing};
+use capc_health_shim::orphans::{
+    ClusterSighting, MachineSighting, OrphanFinder, ScopeListing, SightingRef,
+};
 use capc_health_shim::scope::ListedVm;
 use capc_health_shim::verdict::{
     evaluate, mark_paused_collections, Graces, MachineFacts, PollOutcome, VmHistory,
@@ -198,6 +200,7 @@ fn orphans(c: &mut Criterion) {
         scope: SCOPE,
         vms: Some(&listed),
     }];
+    let machines: Vec<SightingRef<'_>> = machines.iter().map(MachineSighting::borrowed).collect();
     let mut warm = OrphanFinder::new(SignedDuration::from_mins(15));
     warm.observe(&machines, &clusters, &listings, t0);
     let now = t0 + SignedDuration::from_secs(30);

@@ -31,6 +31,7 @@
 //! Every child process (API server runner, etcd, kube-apiserver, the shim) is stopped when its
 //! guard drops, also on error. Measurements, not tests.
 
+mod anchor;
 mod fleet;
 mod phases;
 mod procs;
@@ -477,6 +478,67 @@ fn key_suffix(fleet: FleetKind) -> &'static str {
     }
 }
 
+/// The CAPI core rows beside this build's steady rows of the same size.
+fn anchor_report(
+    rows: &[CostRow],
+    anchors: &[anchor::AnchorRow],
+    v: &mut BTreeMap<String, f64>,
+    md: &mut String,
+) {
+    if anchors.is_empty() {
+        return;
+    }
+    md.push_str(
+        "\nThe anchor: CAPI core (the e2e's process B, `tests/e2e/capi-core`: Cluster, Machine, \
+         MachineSet, MachineDeployment, MHC, KCP and CABPK controllers with their webhooks) holding \
+         the same steady fleet in a fresh API server with the CAPI v1.13 CRDs, measured alone after \
+         the rows above; RSS once every Machine carries CAPI's finalizer (its Machine controller \
+         reconciled each) plus a 60 s idle window; CPU over that window per poll interval. The \
+         fleet's owner MachineSets do not exist and CAPI never reaches the workload clusters (no \
+         kubeconfig Secrets), so it retries those Machines with its backoff.\n\n\
+         | Machines | process | peak RSS MiB | RSS MiB steady | CPU s per 5 s idle | ready s | all reconciled s | shim peak RSS ÷ CAPI core's |\n\
+         |---:|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for a in anchors {
+        let shim = rows.iter().find(|r| {
+            r.build == "this" && r.fleet == FleetKind::Steady && r.machines == a.machines
+        });
+        let ratio_rss = shim.map_or(f64::NAN, |r| ratio(r.rss_peak_mib, a.rss_peak_mib));
+        if let Some(r) = shim {
+            let _ = writeln!(
+                md,
+                "| {} | capc-health-shim (this) | {:.1} | {:.1} | {:.3} | | {:.1} (settle) | |",
+                r.machines,
+                r.rss_peak_mib,
+                r.rss_steady_mib,
+                r.cpu_seconds_per_cycle,
+                r.settle_seconds
+            );
+        }
+        let _ = writeln!(
+            md,
+            "| {} | CAPI core {} | {:.1} | {:.1} | {:.3} | {:.1} | {:.1} ({} Machines) | {ratio_rss:.2} |",
+            a.machines,
+            a.capi_version,
+            a.rss_peak_mib,
+            a.rss_steady_mib,
+            a.cpu_seconds_per_interval,
+            a.ready_seconds,
+            a.reconciled_seconds,
+            a.reconciled
+        );
+        let k = |name: &str| format!("capi_core_{name}_{}_machines", a.machines);
+        v.insert(k("rss_mib"), a.rss_peak_mib);
+        v.insert(k("rss_mib_steady"), a.rss_steady_mib);
+        v.insert(k("cpu_seconds_per_cycle_idle"), a.cpu_seconds_per_interval);
+        v.insert(k("reconciled_seconds"), a.reconciled_seconds);
+        v.insert(
+            format!("shim_rss_over_capi_core_{}_machines", a.machines),
+            ratio_rss,
+        );
+    }
+}
+
 fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f64>, String) {
     let mut v = BTreeMap::new();
     let mut md = format!(
@@ -816,7 +878,30 @@ async fn run_cost() -> Result<()> {
     if rows.is_empty() {
         bail!("no size measured");
     }
-    let (values, md) = cost_report(&rows, started.elapsed().as_secs_f64(), &source);
+    // The anchor (issue 28): CAPI v1.13 core holding the same steady fleet, after the shim's
+    // rows (`CAPC_BENCH_ANCHOR_SIZES`, default 10 000; empty: none).
+    let mut anchors = Vec::new();
+    for n in sizes_from("CAPC_BENCH_ANCHOR_SIZES", &[10_000]) {
+        let t = Instant::now();
+        match anchor::measure(n, COST_POLL_SECS).await {
+            Ok(a) => {
+                eprintln!(
+                    "controller (CAPI core {}, steady fleet): {n} Machines: peak RSS {:.1} MiB, steady {:.1} MiB, \
+                     {:.3} CPU s per {COST_POLL_SECS} s idle, all reconciled after {:.1} s ({:.0} s)",
+                    a.capi_version,
+                    a.rss_peak_mib,
+                    a.rss_steady_mib,
+                    a.cpu_seconds_per_interval,
+                    a.reconciled_seconds,
+                    t.elapsed().as_secs_f64()
+                );
+                anchors.push(a);
+            }
+            Err(e) => eprintln!("controller (CAPI core anchor): {n} Machines skipped: {e:#}"),
+        }
+    }
+    let (mut values, mut md) = cost_report(&rows, started.elapsed().as_secs_f64(), &source);
+    anchor_report(&rows, &anchors, &mut values, &mut md);
     report::write_and_merge("controller.json", &values, "## 4. Controller cost", &md)?;
     println!("{md}\nwritten to target/bench/controller.json, report.json and report.md");
     Ok(())

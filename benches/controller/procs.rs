@@ -49,6 +49,11 @@ pub struct ApiServer {
 
 impl ApiServer {
     pub async fn start(dir: &str) -> Result<Self> {
+        Self::start_profile(dir, "capi-1.9").await
+    }
+
+    /// As [`ApiServer::start`] with the CRDs of `profile` (`hack/apiserver/README.md`).
+    pub async fn start_profile(dir: &str, profile: &str) -> Result<Self> {
         let runner = std::env::var("APISERVER_RUNNER")
             .unwrap_or_else(|_| "target/hack/apiserver-run".into());
         if !Path::new(&runner).exists() {
@@ -59,7 +64,7 @@ impl ApiServer {
         let log_path = PathBuf::from(format!("{}.log", dir.display()));
         let log = std::fs::File::create(&log_path).context("apiserver log")?;
         let child = Command::new(&runner)
-            .args(["--profile", "capi-1.9", "--dir"])
+            .args(["--profile", profile, "--dir"])
             .arg(&dir)
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -3,7 +3,7 @@
 //! and one [`ScopeState`] per endpoint scope, kept between cycles with its client and the VM
 //! histories.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -59,7 +59,7 @@ pub(super) struct Gathered {
     /// Endpoints whose credentials cannot be had, with why (no Secret values in it).
     pub credential_errors: HashMap<EndpointRef, String>,
     /// Every watched CloudStackMachine with its failure domain's endpoint (orphan report on).
-    pub cloudstack_machines: Vec<(Arc<CloudStackMachineRecord>, Option<EndpointRef>)>,
+    pub cloudstack_machines: Vec<(Arc<CloudStackMachineRecord>, Option<Arc<EndpointRef>>)>,
 }
 
 impl Gathered {
@@ -87,9 +87,9 @@ fn account_of(scope_key: &str) -> (&str, &str) {
 /// Per scope this cycle: the VMs to track, those whose statistics are wanted, and the
 /// Secrets (`namespace/name`) that feed it.
 #[derive(Default)]
-struct ScopeWants {
-    ids: BTreeSet<String>,
-    stats_wanted: BTreeSet<String>,
+struct ScopeWants<'a> {
+    ids: HashSet<&'a str>,
+    stats_wanted: BTreeSet<&'a str>,
     secrets: BTreeSet<String>,
 }
 
@@ -110,20 +110,21 @@ impl Controller {
 
         // Per endpoint: every VM to track, and those of Machines without a Node — the only
         // ones whose traffic statistics are asked (they cost CloudStack a sum over stored rows).
-        let mut by_endpoint: BTreeMap<EndpointRef, (Vec<String>, BTreeSet<String>)> =
-            BTreeMap::new();
+        // (Borrowed from this cycle's targets: nothing is copied per Machine.)
+        let mut by_endpoint: BTreeMap<&EndpointRef, (Vec<&str>, BTreeSet<&str>)> = BTreeMap::new();
         for t in &targets {
             if let (Some(e), Some(id), None) = (&t.endpoint, &t.instance_id, &t.problem) {
-                let (ids, stats_wanted) = by_endpoint.entry(e.clone()).or_default();
-                ids.push(id.clone());
+                let (ids, stats_wanted) = by_endpoint.entry(&**e).or_default();
+                ids.push(id);
                 if !t.machine.has_node_ref {
-                    stats_wanted.insert(id.clone());
+                    stats_wanted.insert(id);
                 }
             }
         }
         // The orphan report lists scopes where Machines are being created, or were.
         let cloudstack_machines = self.orphan_candidates();
-        for endpoint in self.orphan_endpoints(&cloudstack_machines) {
+        let orphan_endpoints = self.orphan_endpoints(&cloudstack_machines);
+        for endpoint in &orphan_endpoints {
             by_endpoint.entry(endpoint).or_default();
         }
         for scope in self.scopes.values_mut() {
@@ -147,25 +148,26 @@ impl Controller {
                     }
                     None => {
                         summary.problems.push(e.clone());
-                        credential_errors.insert(endpoint.clone(), e);
+                        credential_errors.insert((*endpoint).clone(), e);
                         continue;
                     }
                 },
             };
             let w = wants.entry(key.clone()).or_default();
-            w.ids.extend(ids.iter().cloned());
-            w.stats_wanted.extend(stats_wanted.iter().cloned());
+            w.ids.extend(ids.iter().copied());
+            w.stats_wanted.extend(stats_wanted.iter().copied());
             w.secrets.insert(format!(
                 "{}/{}",
                 endpoint.secret_namespace, endpoint.secret_name
             ));
-            scope_of.insert(endpoint.clone(), key);
+            scope_of.insert((*endpoint).clone(), key);
         }
         // Every endpoint that shares a scope adds its VMs: one listing serves them all.
         for (key, w) in wants {
             let scope = self.scopes.get_mut(&key).expect("scope_for keeps it");
             track_exactly(&mut scope.polled.observer, &w.ids);
-            scope.polled.observer.stats_wanted = Some(w.stats_wanted);
+            scope.polled.observer.stats_wanted =
+                Some(w.stats_wanted.into_iter().map(str::to_string).collect());
             scope.report.secrets = w.secrets.into_iter().collect();
         }
         self.endpoints.retain(|e, _| by_endpoint.contains_key(e));
@@ -361,13 +363,14 @@ fn is_uuid(s: &str) -> bool {
 }
 
 /// Tracks exactly `ids` in `observer`: new ones get an empty history, gone ones are dropped.
-fn track_exactly(observer: &mut ScopeObserver, ids: &BTreeSet<String>) {
-    observer.histories.retain(|id, _| ids.contains(id));
-    for id in ids {
-        observer
-            .histories
-            .entry(id.clone())
-            .or_insert_with(|| Box::new(VmHistory::new(id.clone())));
+fn track_exactly(observer: &mut ScopeObserver, ids: &HashSet<&str>) {
+    observer.histories.retain(|id, _| ids.contains(id.as_str()));
+    for &id in ids {
+        if !observer.histories.contains_key(id) {
+            observer
+                .histories
+                .insert(id.to_string(), Box::new(VmHistory::new(id)));
+        }
     }
 }
 
@@ -450,7 +453,7 @@ mod tests {
     #[test]
     fn tracking_follows_the_targets_of_the_cycle() {
         let mut o = ScopeObserver::tracking(vec!["a".to_string(), "b".to_string()]);
-        track_exactly(&mut o, &["b".to_string(), "c".to_string()].into());
+        track_exactly(&mut o, &["b", "c"].into());
         let mut ids: Vec<&String> = o.histories.keys().collect();
         ids.sort();
         assert_eq!(ids, ["b", "c"]);

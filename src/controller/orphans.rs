@@ -13,7 +13,7 @@ use super::gather::Gathered;
 use super::targets::{EndpointRef, FailureDomains};
 use super::writer::{EventNote, Job};
 use crate::k8s::watched::CloudStackMachineRecord;
-use crate::orphans::{ClusterSighting, MachineSighting, ScopeListing};
+use crate::orphans::{ClusterSighting, ScopeListing, SightingRef};
 use crate::status::{OrphanDetectionReport, OrphanReport};
 
 /// The reason of the Event an orphan gets.
@@ -28,7 +28,7 @@ impl Controller {
     /// orphan report is on (gather keeps them for [`Controller::find_orphans`]).
     pub(super) fn orphan_candidates(
         &self,
-    ) -> Vec<(Arc<CloudStackMachineRecord>, Option<EndpointRef>)> {
+    ) -> Vec<(Arc<CloudStackMachineRecord>, Option<Arc<EndpointRef>>)> {
         if self.orphans.is_none() {
             return Vec::new();
         }
@@ -54,13 +54,15 @@ impl Controller {
     /// named after it is looked for there), and the scopes of gone ones and of suspects.
     pub(super) fn orphan_endpoints(
         &self,
-        candidates: &[(Arc<CloudStackMachineRecord>, Option<EndpointRef>)],
+        candidates: &[(Arc<CloudStackMachineRecord>, Option<Arc<EndpointRef>>)],
     ) -> BTreeSet<EndpointRef> {
         let Some(finder) = &self.orphans else {
             return BTreeSet::new();
         };
-        let mut out: BTreeSet<EndpointRef> =
-            candidates.iter().filter_map(|(_, e)| e.clone()).collect();
+        let mut out: BTreeSet<EndpointRef> = candidates
+            .iter()
+            .filter_map(|(_, e)| e.as_deref().cloned())
+            .collect();
         for key in finder.scopes_watched() {
             if let Some(scope) = self.scopes.get(key) {
                 out.insert(scope.endpoint.clone());
@@ -75,15 +77,18 @@ impl Controller {
         if self.orphans.is_none() {
             return Vec::new();
         }
-        let machines: Vec<MachineSighting> = g
+        let machines: Vec<SightingRef<'_>> = g
             .cloudstack_machines
             .iter()
-            .map(|(c, endpoint)| MachineSighting {
-                namespace: c.namespace.clone(),
-                name: c.name.clone(),
-                cluster: c.cluster_name.clone(),
-                scope: endpoint.as_ref().and_then(|e| g.scope_of.get(e).cloned()),
-                instance_id: c.instance_id.clone(),
+            .map(|(c, endpoint)| SightingRef {
+                namespace: &c.namespace,
+                name: &c.name,
+                cluster: c.cluster_name.as_deref(),
+                scope: endpoint
+                    .as_deref()
+                    .and_then(|e| g.scope_of.get(e))
+                    .map(String::as_str),
+                instance_id: c.instance_id.as_deref(),
                 deleting: c.deleting,
                 moving: c.moving,
             })

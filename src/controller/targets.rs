@@ -43,7 +43,7 @@ pub struct Target {
     /// CAPC's `status.instanceState` and when it last changed (anchor after a restart).
     pub csm_state: Option<String>,
     pub csm_state_since: Option<Timestamp>,
-    pub endpoint: Option<EndpointRef>,
+    pub endpoint: Option<Arc<EndpointRef>>,
     pub problem: Option<TargetProblem>,
     pub mhc_covered: bool,
     pub cluster_paused: bool,
@@ -64,23 +64,39 @@ pub struct Objects<'a> {
 /// (`spec.name`, or the object's name): built once per cycle from the few failure domains, so
 /// a Machine's lookup costs one hash probe instead of a scan of all of them.
 pub(super) struct FailureDomains<'a> {
-    by_name: HashMap<(&'a str, &'a str), Vec<&'a FailureDomainRecord>>,
+    by_name: HashMap<(&'a str, &'a str), Vec<usize>>,
+    /// Each failure domain with its endpoint, made once per cycle and shared by the Machines
+    /// that use it (`None`: its `spec.acsEndpoint` names no Secret).
+    all: Vec<(&'a FailureDomainRecord, Option<Arc<EndpointRef>>)>,
 }
 
 impl<'a> FailureDomains<'a> {
     pub(super) fn new(fds: &'a [Arc<FailureDomainRecord>]) -> Self {
-        let mut by_name: HashMap<(&str, &str), Vec<&FailureDomainRecord>> = HashMap::new();
-        for fd in fds {
+        let mut by_name: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+        let mut all = Vec::with_capacity(fds.len());
+        for (i, fd) in fds.iter().enumerate() {
             let ns = fd.namespace.as_str();
-            by_name.entry((ns, fd.name.as_str())).or_default().push(fd);
+            by_name.entry((ns, fd.name.as_str())).or_default().push(i);
             match fd.spec_name.as_deref() {
                 Some(spec_name) if spec_name != fd.name => {
-                    by_name.entry((ns, spec_name)).or_default().push(fd)
+                    by_name.entry((ns, spec_name)).or_default().push(i)
                 }
                 _ => {}
             }
+            let endpoint = fd.secret_name.as_ref().map(|secret_name| {
+                Arc::new(EndpointRef {
+                    secret_namespace: fd
+                        .secret_namespace
+                        .clone()
+                        .unwrap_or_else(|| fd.namespace.clone()),
+                    secret_name: secret_name.clone(),
+                    project: fd.project.clone(),
+                    zone_id: fd.zone_id.clone(),
+                })
+            });
+            all.push((&**fd, endpoint));
         }
-        Self { by_name }
+        Self { by_name, all }
     }
 
     /// The failure domain the Machine's CloudStackMachine names: by `spec.name` (or object
@@ -95,37 +111,36 @@ impl<'a> FailureDomains<'a> {
         namespace: &str,
         cluster: &str,
         fd_name: &str,
-    ) -> Result<EndpointRef, String> {
+    ) -> Result<Arc<EndpointRef>, String> {
         if fd_name.is_empty() {
             return Err("(the CloudStackMachine names no failure domain)".to_string());
         }
-        let candidates: &[&FailureDomainRecord] = self
+        let candidates: &[usize] = self
             .by_name
             .get(&(namespace, fd_name))
             .map_or(&[], Vec::as_slice);
-        let own: Vec<&FailureDomainRecord> = candidates
+        let mut own = candidates
             .iter()
             .copied()
-            .filter(|fd| fd.cluster_name.as_deref() == Some(cluster))
-            .collect();
-        let fd = match (own.as_slice(), candidates) {
-            ([fd], _) => *fd,
-            ([], [fd]) if fd.cluster_name.is_none() => *fd,
-            (_, []) => return Err(fd_name.to_string()),
-            _ => return Err(unusable(fd_name, cluster, candidates, own.len())),
+            .filter(|&i| self.all[i].0.cluster_name.as_deref() == Some(cluster));
+        let chosen = match (own.next(), own.next(), candidates) {
+            (Some(i), None, _) => i,
+            (None, _, [i]) if self.all[*i].0.cluster_name.is_none() => *i,
+            (None, _, []) => return Err(fd_name.to_string()),
+            _ => {
+                let records: Vec<&FailureDomainRecord> =
+                    candidates.iter().map(|&i| self.all[i].0).collect();
+                let own = records
+                    .iter()
+                    .filter(|fd| fd.cluster_name.as_deref() == Some(cluster))
+                    .count();
+                return Err(unusable(fd_name, cluster, &records, own));
+            }
         };
-        Ok(EndpointRef {
-            secret_namespace: fd
-                .secret_namespace
-                .clone()
-                .unwrap_or_else(|| namespace.to_string()),
-            secret_name: fd
-                .secret_name
-                .clone()
-                .ok_or_else(|| format!("{fd_name} (its spec.acsEndpoint names no Secret)"))?,
-            project: fd.project.clone(),
-            zone_id: fd.zone_id.clone(),
-        })
+        self.all[chosen]
+            .1
+            .clone()
+            .ok_or_else(|| format!("{fd_name} (its spec.acsEndpoint names no Secret)"))
     }
 }
 

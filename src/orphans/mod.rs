@@ -31,6 +31,7 @@
 //! Cluster gone without ever being seen deleting) left nothing behind; and nothing is reported
 //! before `grace` has passed since the VM was first seen owned by nothing.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use jiff::{SignedDuration, Timestamp};
@@ -56,6 +57,47 @@ pub struct MachineSighting {
     pub deleting: bool,
     /// Marked `delete-for-move` by clusterctl.
     pub moving: bool,
+}
+
+/// One CloudStackMachine as the watch shows it this cycle, borrowed from the watch cache: a
+/// cycle copies nothing of the thousands it sees; what is remembered is copied when it changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SightingRef<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub cluster: Option<&'a str>,
+    pub scope: Option<&'a str>,
+    pub instance_id: Option<&'a str>,
+    pub deleting: bool,
+    pub moving: bool,
+}
+
+impl MachineSighting {
+    pub fn borrowed(&self) -> SightingRef<'_> {
+        SightingRef {
+            namespace: &self.namespace,
+            name: &self.name,
+            cluster: self.cluster.as_deref(),
+            scope: self.scope.as_deref(),
+            instance_id: self.instance_id.as_deref(),
+            deleting: self.deleting,
+            moving: self.moving,
+        }
+    }
+}
+
+impl SightingRef<'_> {
+    pub fn to_sighting(self) -> MachineSighting {
+        MachineSighting {
+            namespace: self.namespace.to_string(),
+            name: self.name.to_string(),
+            cluster: self.cluster.map(str::to_string),
+            scope: self.scope.map(str::to_string),
+            instance_id: self.instance_id.map(str::to_string),
+            deleting: self.deleting,
+            moving: self.moving,
+        }
+    }
 }
 
 /// One Cluster as the watch shows it this cycle.
@@ -160,7 +202,7 @@ impl OrphanFinder {
     /// orphans reported for the first time (each gets its one Event).
     pub fn observe(
         &mut self,
-        machines: &[MachineSighting],
+        machines: &[SightingRef<'_>],
         clusters: &[ClusterSighting],
         listings: &[ScopeListing<'_>],
         now: Timestamp,
@@ -169,7 +211,8 @@ impl OrphanFinder {
         let mut seen: HashMap<&str, (Ownership, &ListedVm, &str)> = HashMap::new();
         {
             let by_id = self.owners_by_id();
-            let by_name = self.owners_by_name();
+            // Only a VM no instance id accounts for is looked up by name: in steady state none.
+            let by_name = OnceCell::new();
             for listing in listings {
                 for vm in listing.vms.into_iter().flatten() {
                     if matches!(vm.state, VmState::Destroyed | VmState::Expunging) {
@@ -245,36 +288,44 @@ impl OrphanFinder {
 
     fn remember(
         &mut self,
-        machines: &[MachineSighting],
+        machines: &[SightingRef<'_>],
         clusters: &[ClusterSighting],
         now: Timestamp,
     ) {
-        let present: BTreeSet<(&str, &str)> = machines
+        // This cycle's by (namespace, name); the remembered ones are updated in place (most
+        // cycles nothing changed: compare rather than copy), the rest are new.
+        let index: HashMap<(&str, &str), usize> = machines
             .iter()
-            .map(|m| (m.namespace.as_str(), m.name.as_str()))
+            .enumerate()
+            .map(|(i, m)| ((m.namespace, m.name), i))
             .collect();
+        let mut matched = vec![false; machines.len()];
         for o in self.owners.values_mut() {
-            let key = (o.last.namespace.as_str(), o.last.name.as_str());
-            if !present.contains(&key) && o.gone_since.is_none() {
-                o.gone_since = Some(now);
-            }
-        }
-        for m in machines {
-            let owner = self
-                .owners
-                .entry((m.namespace.clone(), m.name.clone()))
-                .or_insert_with(|| Owner {
-                    last: m.clone(),
-                    gone_since: None,
-                });
-            owner.gone_since = None;
-            // Most cycles nothing changed: compare rather than copy.
-            if owner.last == *m || (m.scope.is_none() && same_but_scope(&owner.last, m)) {
+            let Some(&i) = index.get(&(o.last.namespace.as_str(), o.last.name.as_str())) else {
+                o.gone_since.get_or_insert(now);
+                continue;
+            };
+            matched[i] = true;
+            o.gone_since = None;
+            let m = machines[i];
+            if o.last.borrowed() == m || (m.scope.is_none() && same_but_scope(&o.last, m)) {
                 continue;
             }
             // A known scope is not forgotten because the failure domain went away first.
-            let scope = m.scope.clone().or_else(|| owner.last.scope.take());
-            owner.last = MachineSighting { scope, ..m.clone() };
+            let scope = m.scope.map(str::to_string).or_else(|| o.last.scope.take());
+            o.last = MachineSighting {
+                scope,
+                ..m.to_sighting()
+            };
+        }
+        for (m, _) in machines.iter().zip(&matched).filter(|(_, seen)| !**seen) {
+            self.owners.insert(
+                (m.namespace.to_string(), m.name.to_string()),
+                Owner {
+                    last: m.to_sighting(),
+                    gone_since: None,
+                },
+            );
         }
         let present: BTreeSet<(&str, &str)> = clusters
             .iter()
@@ -365,12 +416,12 @@ impl OrphanFinder {
         }
     }
 
-    fn ownership(
-        &self,
+    fn ownership<'s>(
+        &'s self,
         vm: &ListedVm,
         scope: &str,
         by_id: &HashMap<&str, &Owner>,
-        by_name: &HashMap<(&str, &str), Vec<&Owner>>,
+        by_name: &OnceCell<HashMap<(&'s str, &'s str), Vec<&'s Owner>>>,
     ) -> Ownership {
         let key = |o: &Owner| (o.last.namespace.clone(), o.last.name.clone());
         let shown = |o: &Owner| format!("{}/{}", o.last.namespace, o.last.name);
@@ -389,6 +440,7 @@ impl OrphanFinder {
                 },
             };
         }
+        let by_name = by_name.get_or_init(|| self.owners_by_name());
         let Some(named) = by_name.get(&(scope, vm.name.as_str())) else {
             return Ownership::NotOurs;
         };
@@ -434,11 +486,11 @@ impl OrphanFinder {
 }
 
 /// `known` and `now` agree on all but the scope (which `now` does not know).
-fn same_but_scope(known: &MachineSighting, now: &MachineSighting) -> bool {
+fn same_but_scope(known: &MachineSighting, now: SightingRef<'_>) -> bool {
     known.namespace == now.namespace
         && known.name == now.name
-        && known.cluster == now.cluster
-        && known.instance_id == now.instance_id
+        && known.cluster.as_deref() == now.cluster
+        && known.instance_id.as_deref() == now.instance_id
         && known.deleting == now.deleting
         && known.moving == now.moving
 }

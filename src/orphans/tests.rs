@@ -55,7 +55,9 @@ fn run(cycles: &[Cycle]) -> (OrphanFinder, Vec<(i64, OrphanReport)>) {
             scope: SCOPE,
             vms: listed.as_deref(),
         }];
-        for o in f.observe(machines, clusters, &listings, at(*minute)) {
+        let machines: Vec<SightingRef<'_>> =
+            machines.iter().map(MachineSighting::borrowed).collect();
+        for o in f.observe(&machines, clusters, &listings, at(*minute)) {
             reported.push((*minute, o));
         }
     }
@@ -326,7 +328,7 @@ fn memory_is_bounded_but_kept_while_a_vm_is_suspect() {
         scope: SCOPE,
         vms: Some(&[]),
     }];
-    f.observe(&[csm("w-1", None)], &[], &none, at(0));
+    f.observe(&[csm("w-1", None).borrowed()], &[], &none, at(0));
     assert_eq!(f.remembered(), 1);
     assert_eq!(f.scopes_watched().len(), 0, "nothing gone yet");
     f.observe(&[], &[], &none, at(1));
@@ -341,7 +343,7 @@ fn memory_is_bounded_but_kept_while_a_vm_is_suspect() {
         scope: SCOPE,
         vms: Some(&listed),
     }];
-    f.observe(&[csm("w-1", Some("vm-a"))], &[], &some, at(0));
+    f.observe(&[csm("w-1", Some("vm-a")).borrowed()], &[], &some, at(0));
     for m in 1..=90 {
         f.observe(&[], &[], &some, at(m));
     }
@@ -365,7 +367,12 @@ fn a_vm_in_two_overlapping_listings_counts_as_owned_if_either_says_so() {
         },
     ];
     for m in 0..5 {
-        let out = f.observe(&[csm("w-1", Some("vm-a"))], &[], &listings, at(m));
+        let out = f.observe(
+            &[csm("w-1", Some("vm-a")).borrowed()],
+            &[],
+            &listings,
+            at(m),
+        );
         assert!(out.is_empty());
     }
     // Gone: reported once, in one scope.

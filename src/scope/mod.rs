@@ -6,6 +6,7 @@
 //! [`Scope`] is what `check` and the controller both hold per scope: its client, its listing
 //! and the [`ScopeObserver`] (pure) that the one I/O step, [`Scope::poll`], feeds.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use jiff::Timestamp;
@@ -140,6 +141,18 @@ impl From<&VirtualMachine> for ListedVm {
     }
 }
 
+impl From<VirtualMachine> for ListedVm {
+    fn from(vm: VirtualMachine) -> Self {
+        let mut id = vm.id;
+        id.make_ascii_lowercase();
+        Self {
+            id,
+            name: vm.name,
+            state: vm.state,
+        }
+    }
+}
+
 impl ScopeObserver {
     pub fn tracking(ids: impl IntoIterator<Item = String>) -> Self {
         Self {
@@ -176,15 +189,15 @@ impl ScopeObserver {
             ScopePoll::Listed { vms, complete } => {
                 // CloudStack's ids compare case-insensitively; histories are keyed lowercased
                 // (as the CloudStackMachines' instanceIDs are read).
-                let by_id: HashMap<String, &VirtualMachine> = vms
-                    .iter()
-                    .map(|vm| (vm.id.to_ascii_lowercase(), vm))
-                    .collect();
+                // (Borrowed when already lowercase, as CloudStack's uuids are: no copy per VM.)
+                let by_id: HashMap<Cow<'_, str>, &VirtualMachine> =
+                    vms.iter().map(|vm| (lowercase(&vm.id), vm)).collect();
                 if self.track_all_listed {
                     for id in by_id.keys() {
-                        self.histories
-                            .entry(id.clone())
-                            .or_insert_with(|| Box::new(VmHistory::new(id.clone())));
+                        if !self.histories.contains_key(id.as_ref()) {
+                            self.histories
+                                .insert(id.to_string(), Box::new(VmHistory::new(id.as_ref())));
+                        }
                     }
                 }
                 for (id, h) in self.histories.iter_mut() {
@@ -203,6 +216,15 @@ impl ScopeObserver {
                 }
             }
         }
+    }
+}
+
+/// `id` lowercased, borrowed when it already is.
+pub(crate) fn lowercase(id: &str) -> Cow<'_, str> {
+    if id.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(id.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(id)
     }
 }
 
@@ -270,9 +292,6 @@ async fn poll(
     out.vms_listed = listing.vms.len();
     out.complete = listing.complete;
     out.unreadable = listing.failures.len();
-    if observer.keep_listing {
-        out.listed = Some(listing.vms.iter().map(ListedVm::from).collect());
-    }
     observer.record(
         ScopePoll::Listed {
             vms: &listing.vms,
@@ -281,6 +300,10 @@ async fn poll(
         now,
         graces,
     );
+    if observer.keep_listing {
+        // The VMs are not needed after this: their ids and names move, not copy.
+        out.listed = Some(listing.vms.into_iter().map(ListedVm::from).collect());
+    }
     if *usage_history {
         ask_usage_history(
             client,

@@ -165,8 +165,8 @@ pub(super) async fn ask_stats(
     let ids: Vec<String> = vms
         .iter()
         .filter(|vm| {
-            let id = vm.id.to_ascii_lowercase();
-            observer.histories.contains_key(&id) && observer.wants_stats(&id)
+            let id = super::lowercase(&vm.id);
+            observer.histories.contains_key(id.as_ref()) && observer.wants_stats(&id)
         })
         .map(|vm| vm.id.clone())
         .collect();
@@ -187,7 +187,7 @@ pub(super) async fn ask_stats(
                 .map(|vm| (vm.id.to_ascii_lowercase(), vm))
                 .collect();
             for vm in vms.iter_mut() {
-                if let Some(fresh) = by_id.get(&vm.id.to_ascii_lowercase()) {
+                if let Some(fresh) = by_id.get(super::lowercase(&vm.id).as_ref()) {
                     vm.networkkbswrite = fresh.networkkbswrite;
                     vm.networkkbsread = fresh.networkkbsread;
                     vm.cpuused = fresh.cpuused.clone();
