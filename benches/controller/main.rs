@@ -834,6 +834,13 @@ async fn run_cost() -> Result<()> {
     // The orphan report's cost: the same build without it, at the sizes named (10 000).
     builds.push(("no-orphans", this, &["--no-orphan-report"]));
     let orphan_sizes = sizes_from("CAPC_BENCH_ORPHAN_SIZES", &[10_000]);
+    // The baseline at every size, or at those named (`CAPC_BENCH_BASELINE_SIZES`).
+    let every_size: Vec<usize> = steady_sizes
+        .iter()
+        .chain(&provisioning_sizes)
+        .copied()
+        .collect();
+    let baseline_sizes = sizes_from("CAPC_BENCH_BASELINE_SIZES", &every_size);
     if let Ok(baseline) = std::env::var("CAPC_BENCH_BASELINE_SHIM") {
         if !Path::new(&baseline).is_file() {
             bail!("CAPC_BENCH_BASELINE_SHIM={baseline}: no such file");
@@ -849,6 +856,7 @@ async fn run_cost() -> Result<()> {
     for (n, fleet, (build, binary, extra)) in runs
         .flat_map(|(n, fleet)| builds.iter().map(move |b| (n, fleet, b)))
         .filter(|(n, _, (build, ..))| *build != "no-orphans" || orphan_sizes.contains(n))
+        .filter(|(n, _, (build, ..))| *build != "baseline" || baseline_sizes.contains(n))
     {
         let t = Instant::now();
         match measure_cost(n, fleet, build, binary, extra).await {

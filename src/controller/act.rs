@@ -243,9 +243,10 @@ impl Controller {
                     self.args.condition_type, next.status, next.message
                 ),
             });
+            let condition = std::sync::Arc::new(next.clone());
             let job = Job::Condition {
                 machine: machine_ref(t),
-                condition: next.clone(),
+                condition: condition.clone(),
                 previous,
                 created: t.created,
                 event,
@@ -257,7 +258,7 @@ impl Controller {
                     self.written.insert(
                         uid.clone(),
                         super::cycle::Written {
-                            condition: next.clone(),
+                            condition,
                             based_on: t.machine.resource_version.clone(),
                         },
                     );

@@ -72,7 +72,7 @@ pub struct Controller {
 /// A condition this process wrote, and the version of the Machine it was based on.
 #[derive(Debug, Clone)]
 pub(super) struct Written {
-    pub condition: ConditionState,
+    pub condition: std::sync::Arc<ConditionState>,
     pub based_on: Option<String>,
 }
 

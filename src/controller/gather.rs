@@ -415,14 +415,14 @@ mod tests {
     #[test]
     fn our_write_counts_only_while_the_cache_lags_behind_it() {
         let ours = Written {
-            condition: condition(Status::False, reason::VM_ERROR),
+            condition: condition(Status::False, reason::VM_ERROR).into(),
             based_on: Some("41".into()),
         };
         let cached = condition(Status::True, reason::VM_HEALTHY);
         // The cache still shows the version we wrote on top of: ours is newer.
         let (c, lagging) = current_condition(Some(&cached), Some("41"), Some(&ours));
         assert!(lagging);
-        assert_eq!(c, Some(&ours.condition));
+        assert_eq!(c, Some(&*ours.condition));
         // The cache moved on (our write, or someone's after it): it is the truth, also when
         // another writer dropped our condition.
         let (c, lagging) = current_condition(None, Some("57"), Some(&ours));

@@ -167,8 +167,8 @@ impl Controller {
             };
             self.enqueue(
                 Job::Event {
-                    reference,
-                    related,
+                    reference: Box::new(reference),
+                    related: related.map(Box::new),
                     event,
                 },
                 summary,

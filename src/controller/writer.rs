@@ -72,7 +72,9 @@ pub(super) enum Job {
     /// Our condition on the Machine; its Event when the status changed.
     Condition {
         machine: MachineRef,
-        condition: ConditionState,
+        /// Shared with the cycle's record of what it wrote (one copy per Machine, not two,
+        /// while 10 000 first writes are queued).
+        condition: Arc<ConditionState>,
         /// The status the Machine carried when this was decided (metrics: a transition?).
         previous: Option<Status>,
         /// When the Machine was created (metrics: time to False).
@@ -85,10 +87,11 @@ pub(super) enum Job {
         reason: String,
         event: EventNote,
     },
-    /// An Event about another object (an orphan VM's Cluster), with a related object.
+    /// An Event about another object (an orphan VM's Cluster), with a related object. Boxed:
+    /// the queue holds every job at the size of the largest, and conditions are most of them.
     Event {
-        reference: ObjectReference,
-        related: Option<ObjectReference>,
+        reference: Box<ObjectReference>,
+        related: Option<Box<ObjectReference>>,
         event: EventNote,
     },
 }
@@ -303,8 +306,8 @@ impl WriteTarget {
                 event,
             } => {
                 let write = self.events.publish_about(
-                    reference.clone(),
-                    related.clone(),
+                    (**reference).clone(),
+                    related.as_deref().cloned(),
                     event.warning,
                     &event.reason,
                     event.note.clone(),

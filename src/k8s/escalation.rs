@@ -243,7 +243,7 @@ mod tests {
     fn one_control_plane_escalation_per_cluster() {
         let mut m = worker();
         m.owner_kind = Some("KubeadmControlPlane".into());
-        m.labels
+        std::sync::Arc::make_mut(&mut m.labels)
             .insert(well_known::CONTROL_PLANE_LABEL.into(), String::new());
         let busy = EscalationFacts {
             control_plane_escalation_in_flight: true,

@@ -41,8 +41,20 @@ impl Rendered {
 /// `value` as JSON bytes, exactly sized: `Bytes` keeps a `Vec`'s whole capacity, and a grown
 /// one is up to twice the document (a 4.7 MB report at 10 000 Machines held 8 MB).
 fn json_bytes<T: serde::Serialize + ?Sized>(value: &T) -> Bytes {
-    let mut json = serde_json::to_vec(value).unwrap_or_default();
-    json.shrink_to_fit();
+    json_bytes_near(value, 0)
+}
+
+/// As [`json_bytes`], written into room for `expected` bytes (the last rendering's size, plus
+/// a little): a document about that size is written without growing its buffer — growing
+/// doubled it and, while it moved, held old and new at once — and without a copy to trim it.
+fn json_bytes_near<T: serde::Serialize + ?Sized>(value: &T, expected: usize) -> Bytes {
+    let mut json = Vec::with_capacity(expected + expected / 32);
+    if serde_json::to_writer(&mut json, value).is_err() {
+        json.clear();
+    }
+    if json.capacity() - json.len() > json.len() / 16 {
+        json.shrink_to_fit();
+    }
     Bytes::from(json)
 }
 
@@ -129,7 +141,8 @@ impl StatusBoard {
         loop {
             let own = |r: &StatusReport| (r.version.clone(), r.leader, r.ready);
             (next.version, next.leader, next.ready) = own(&*self.report.read().await);
-            let json = json_bytes(&next);
+            let expected = self.cached().map_or(0, |r| r.json.len());
+            let json = json_bytes_near(&next, expected);
             let mut current = self.report.write().await;
             if own(&current) != own(&next) {
                 continue;
