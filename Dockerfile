@@ -6,6 +6,8 @@
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+# the allocator's build settings (jemalloc with one arena)
+COPY .cargo ./.cargo
 COPY src ./src
 # the product's own crates
 COPY crates/cloudstack-api ./crates/cloudstack-api
