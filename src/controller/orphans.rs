@@ -59,10 +59,12 @@ impl Controller {
         let Some(finder) = &self.orphans else {
             return BTreeSet::new();
         };
-        let mut out: BTreeSet<EndpointRef> = candidates
+        // The few distinct endpoints first: one copy each, not one per CloudStackMachine.
+        let distinct: BTreeSet<&EndpointRef> = candidates
             .iter()
-            .filter_map(|(_, e)| e.as_deref().cloned())
+            .filter_map(|(_, e)| e.as_deref())
             .collect();
+        let mut out: BTreeSet<EndpointRef> = distinct.into_iter().cloned().collect();
         for key in finder.scopes_watched() {
             if let Some(scope) = self.scopes.get(key) {
                 out.insert(scope.endpoint.clone());

@@ -131,16 +131,6 @@ pub struct ListedVm {
     pub state: VmState,
 }
 
-impl From<&VirtualMachine> for ListedVm {
-    fn from(vm: &VirtualMachine) -> Self {
-        Self {
-            id: vm.id.to_ascii_lowercase(),
-            name: vm.name.clone(),
-            state: vm.state.clone(),
-        }
-    }
-}
-
 impl From<VirtualMachine> for ListedVm {
     fn from(vm: VirtualMachine) -> Self {
         let mut id = vm.id;

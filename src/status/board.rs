@@ -38,8 +38,9 @@ impl Rendered {
     }
 }
 
-/// `value` as JSON bytes, exactly sized: `Bytes` keeps a `Vec`'s whole capacity, and a grown
-/// one is up to twice the document (a 4.7 MB report at 10 000 Machines held 8 MB).
+/// `value` as JSON bytes, sized to the document (within a sixteenth): `Bytes` keeps a `Vec`'s
+/// whole capacity, and a grown one is up to twice the document (a 4.7 MB report at 10 000
+/// Machines held 8 MB).
 fn json_bytes<T: serde::Serialize + ?Sized>(value: &T) -> Bytes {
     json_bytes_near(value, 0)
 }
