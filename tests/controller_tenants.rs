@@ -385,14 +385,18 @@ async fn an_unresponsive_cloudstack_does_not_hold_up_another_tenants_verdicts() 
         took < deadline + Duration::from_secs(5),
         "the cycle waited {took:?} for the unresponsive endpoint"
     );
-    // Tenant a was judged in that cycle (first verdicts), tenant b's scope reports the deadline.
-    for (m, _, _, _) in machines("a") {
-        assert!(
-            f.verdict(&m).await.0.is_some(),
-            "{m} has no condition after the cycle"
-        );
-    }
+    // Tenant a was judged in that cycle (first verdicts; a new Machine's first condition may
+    // wait for its traffic samples, so the verdict is read from /status), tenant b's scope
+    // reports the deadline.
     let r = report.read().await.clone();
+    for (m, _, _, _) in machines("a") {
+        let judged = r
+            .clusters
+            .values()
+            .filter_map(|c| c.machines.get(&m))
+            .any(|report| report.verdict.is_some());
+        assert!(judged, "{m} has no verdict after the cycle");
+    }
     assert!(
         r.scopes.iter().any(|s| s
             .last_error

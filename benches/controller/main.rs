@@ -354,12 +354,24 @@ async fn measure_cost(
         s.api.apiserver_pid().and_then(procs::cpu_seconds),
     );
     let changes0 = s.verdicts.lock().unwrap().changes;
+    let reads0 = procs::apiserver_reads(&http, &s.api).await?;
     let c1 = wait_cycles(&http, &mut shim, c0 + STEADY_CYCLES, limit).await?;
     let (cpu1, api1) = (
         procs::cpu_seconds(pid),
         s.api.apiserver_pid().and_then(procs::cpu_seconds),
     );
     let w1 = procs::apiserver_writes(&http, &s.api).await?;
+    // Everyone's reads (the shim's, the bench's own watch), to tell a relisting watcher from
+    // an API server that is merely busy.
+    let reads = procs::delta(&reads0, &procs::apiserver_reads(&http, &s.api).await?);
+    eprintln!(
+        "  {n}: API server reads in the steady window: {}",
+        reads
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     let m1 = procs::shim_metrics(&http, &shim.addr)
         .await
         .context("shim metrics")?;

@@ -260,6 +260,23 @@ pub async fn apiserver_writes(
     http: &reqwest::Client,
     api: &ApiServer,
 ) -> Result<BTreeMap<String, f64>> {
+    apiserver_requests(http, api, |verb| WRITE_VERBS.contains(&verb)).await
+}
+
+/// Reads (GET, LIST, WATCH) the API server has answered, keyed as [`apiserver_writes`]: a
+/// relisting watcher shows here.
+pub async fn apiserver_reads(
+    http: &reqwest::Client,
+    api: &ApiServer,
+) -> Result<BTreeMap<String, f64>> {
+    apiserver_requests(http, api, |verb| matches!(verb, "GET" | "LIST" | "WATCH")).await
+}
+
+async fn apiserver_requests(
+    http: &reqwest::Client,
+    api: &ApiServer,
+    wanted: impl Fn(&str) -> bool,
+) -> Result<BTreeMap<String, f64>> {
     let text = http
         .get(format!("{}/metrics", api.url))
         .bearer_auth(&api.token)
@@ -274,7 +291,7 @@ pub async fn apiserver_writes(
         .filter(|l| l.starts_with("apiserver_request_total{"))
     {
         let verb = label(line, "verb").unwrap_or("");
-        if !WRITE_VERBS.contains(&verb) {
+        if !wanted(verb) {
             continue;
         }
         let resource = label(line, "resource").unwrap_or("");

@@ -17,6 +17,10 @@ use super::writer::{kind, outcome, EventNote, Job, MachineRef, Outcome, WriteTar
 use crate::cli::to_std;
 use crate::k8s::escalation::{self, Escalation, EscalationFacts};
 use crate::k8s::kube_error::KubeError;
+
+/// `/status` detail of a Machine whose first condition waits for its traffic samples.
+const FIRST_WRITE_HELD: &str =
+    "not written yet: the Machine's first condition waits for the traffic samples that decide it";
 use crate::verdict::condition::{is_unchanged, needs_event};
 use crate::verdict::{ConditionState, Status};
 use capi_model::well_known;
@@ -103,7 +107,7 @@ impl Controller {
             let live: BTreeSet<String> = g.targets.iter().map(key_of).collect();
             self.write_errors.retain(|k, _| live.contains(k));
         }
-        self.queue_conditions(&g.targets, &d.conditions, summary);
+        self.queue_conditions(&g.targets, &d.conditions, &d.first_write_held, summary);
         if self.wait_for_writes {
             self.writes_done().await;
             self.take_outcomes(summary);
@@ -134,6 +138,11 @@ impl Controller {
                     state.state = waiting.0;
                     state.detail = Some(waiting.1);
                 }
+                states.push(state);
+                continue;
+            }
+            if d.first_write_held[i] {
+                state.detail = Some(FIRST_WRITE_HELD.into());
                 states.push(state);
                 continue;
             }
@@ -217,11 +226,14 @@ impl Controller {
         &mut self,
         targets: &[Target],
         nexts: &[Option<ConditionState>],
+        held: &[bool],
         summary: &mut CycleSummary,
     ) {
         let mut unchanged = 0u64;
-        for (t, next) in targets.iter().zip(nexts) {
-            let Some(next) = next else { continue };
+        for ((t, next), held) in targets.iter().zip(nexts).zip(held) {
+            let Some(next) = next.as_ref().filter(|_| !held) else {
+                continue;
+            };
             if is_unchanged(t.current.as_ref(), next) {
                 unchanged += 1;
                 if !self.write_errors.is_empty() {

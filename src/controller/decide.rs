@@ -31,6 +31,9 @@ pub(super) struct Decided {
     pub conditions: Vec<Option<ConditionState>>,
     /// Targets held by the NodeNotLinked guard → the Node that matches their VM.
     pub unlinked: BTreeMap<usize, String>,
+    /// Per target: its first condition waits for the traffic samples that decide
+    /// ([`Decision::first_writes_held`]); nothing is written for it this cycle.
+    pub first_write_held: Vec<bool>,
 }
 
 /// A verdict that needs no history: the target cannot be polled.
@@ -73,11 +76,13 @@ impl Controller {
             decision = decide(&subjects, &self.graces, &self.guard, now);
         }
         let conditions = decision.conditions(&subjects, &self.args.condition_type, now);
+        let first_write_held = decision.first_writes_held(&subjects);
         drop(subjects);
         self.record_guard(&decision, summary);
         Decided {
             conditions,
             unlinked,
+            first_write_held,
         }
     }
 

@@ -70,6 +70,18 @@ impl Decision {
             .map(|(i, _)| i)
     }
 
+    /// Per subject: whether its condition is held back, because the verdict is provisional
+    /// and the Machine carries no condition yet — its first condition waits (a bounded time,
+    /// see [`Verdict::provisional`]) for the samples that decide. What it already carries is
+    /// never held.
+    pub fn first_writes_held(&self, subjects: &[Subject<'_>]) -> Vec<bool> {
+        self.verdicts
+            .iter()
+            .zip(subjects)
+            .map(|(v, s)| s.published.is_none() && v.as_ref().is_some_and(|v| v.provisional))
+            .collect()
+    }
+
     /// The condition to publish per subject, given what each carries now.
     pub fn conditions(
         &self,
@@ -207,6 +219,30 @@ mod tests {
         let s = [with_node, deleting, plain];
         let d = decide(&s, &Graces::default(), &MassFailureGuard::default(), now());
         assert_eq!(d.needing_node_lookup(&s).collect::<Vec<_>>(), [2]);
+    }
+
+    #[test]
+    fn only_a_machine_without_a_condition_has_its_provisional_first_write_held() {
+        let provisional =
+            Verdict::new(Status::True, reason::VM_RUNNING, "samples due").provisional_if(true);
+        let decided = Verdict::new(Status::True, reason::VM_HEALTHY, "rising");
+        let carried = next_condition(None, "CloudStackVMHealthy", &decided, now());
+        let mut subjects = vec![
+            subject("s", Evidence::Unavailable(&provisional)),
+            subject("s", Evidence::Unavailable(&provisional)),
+            subject("s", Evidence::Unavailable(&decided)),
+        ];
+        subjects[1].published = Some(&carried);
+        let d = decide(
+            &subjects,
+            &Graces::default(),
+            &MassFailureGuard::default(),
+            now(),
+        );
+        assert_eq!(d.first_writes_held(&subjects), [true, false, false]);
+        // Only True is ever provisional.
+        let unknown = Verdict::new(Status::Unknown, reason::VM_IN_TRANSITION, "starting");
+        assert!(!unknown.provisional_if(true).provisional);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::condition::ConditionState;
 use super::history::{Sighting, VmHistory};
 use super::probe::{assess_probe, unanswered_message, ProbeEvidence};
 use super::standing::stand_or_replace;
-use super::traffic::{assess_traffic, TrafficEvidence};
+use super::traffic::{assess_traffic, rise_fresh_within, TrafficEvidence};
 use super::{at, human_duration, later, reason, Graces, Status, Verdict};
 use cloudstack_api::model::VmState;
 
@@ -388,7 +388,11 @@ fn running(
                 seen.name
             ),
         ),
-        TrafficEvidence::Inconclusive { why, silent_at } => {
+        TrafficEvidence::Inconclusive {
+            why,
+            silent_at,
+            gathering,
+        } => {
             let v = Verdict::new(
                 Status::True,
                 reason::VM_RUNNING,
@@ -396,11 +400,20 @@ fn running(
                     "VM {}{addresses} is Running with NICs attached; {why}",
                     seen.name
                 ),
-            );
+            )
+            .provisional_if(gathering && (silent_at.is_some() || first_samples_due(h, g, now)));
             match silent_at {
                 Some(at) => v.changes_at(at),
                 None => v,
             }
         }
     }
+}
+
+/// Whether a VM's first traffic samples may still be on their way: it was first observed less
+/// than two collection intervals and a poll ago. Bounds how long a verdict waiting for samples
+/// without a window of its own (none reported yet) stays provisional.
+fn first_samples_due(h: &VmHistory, g: &Graces, now: Timestamp) -> bool {
+    h.first_observed
+        .is_some_and(|first| now.duration_since(first) < rise_fresh_within(&h.traffic, g))
 }

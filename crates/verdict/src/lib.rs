@@ -103,6 +103,12 @@ pub struct Verdict {
     /// When the verdict could next change without new observations (a grace expiring);
     /// `None` when only a new observation can change it.
     pub next_change: Option<Timestamp>,
+    /// A `True` reached while the guest's traffic samples are still coming in, for a bounded
+    /// time: the samples will soon say `VMHealthy` or, after the window, `False`. A Machine
+    /// that carries no condition yet is not given this one (one write per new Machine, not a
+    /// provisional one and then the answer). Never set on `False` or `Unknown`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub provisional: bool,
 }
 
 impl Verdict {
@@ -112,11 +118,18 @@ impl Verdict {
             reason,
             message: message.into(),
             next_change: None,
+            provisional: false,
         }
     }
 
     pub fn changes_at(mut self, at: Timestamp) -> Self {
         self.next_change = Some(at);
+        self
+    }
+
+    /// Marks a `True` verdict provisional (see [`Verdict::provisional`]); others stay as they are.
+    pub fn provisional_if(mut self, provisional: bool) -> Self {
+        self.provisional = provisional && self.status == Status::True;
         self
     }
 }

@@ -402,6 +402,55 @@ fn flat_guest_traffic_without_a_node_turns_false_after_the_sample_window() {
     assert_verdict(&v, Status::False, reason::GUEST_NETWORK_SILENT);
 }
 
+/// A new Machine's first condition waits for the samples that decide (one write, not a
+/// provisional True and then the answer) — for a bounded time, and never where more samples
+/// would not change the answer.
+#[test]
+fn a_verdict_waiting_for_traffic_samples_is_provisional_for_a_bounded_time() {
+    // Rising traffic: provisional until the first rise shows, then VMHealthy for good.
+    let mut r = Run::new();
+    let first = r.seen(0, &running(100));
+    assert_verdict(&first, Status::True, reason::VM_RUNNING);
+    assert!(first.provisional, "{first:?}");
+    let healthy = r.poll_range(30, 300, |t| running(100 + t as u64));
+    assert_verdict(&healthy, Status::True, reason::VM_HEALTHY);
+    assert!(!healthy.provisional);
+
+    // Flat traffic: provisional while the window fills (it names when it ends), then False,
+    // which is never provisional.
+    let mut r = Run::new();
+    let v = r.poll_range(0, 210, |_| running(512));
+    assert!(v.provisional && v.next_change == Some(at(240)), "{v:?}");
+    let v = r.seen(240, &running(512));
+    assert_verdict(&v, Status::False, reason::GUEST_NETWORK_SILENT);
+    assert!(!v.provisional);
+
+    // No stats at all: provisional only while first samples may still come (two collection
+    // intervals and a poll: 150 s at the defaults), then published as it is.
+    let mut r = Run::new();
+    let no_stats = |_| {
+        let mut v = running(0);
+        v.networkkbswrite = None;
+        v
+    };
+    assert!(r.poll_range(0, 120, no_stats).provisional);
+    let v = r.poll_range(150, 600, no_stats);
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    assert!(!v.provisional, "{v:?}");
+
+    // Lasting reasons are never provisional: a hypervisor whose counters are not judged, a
+    // Machine with a Node.
+    let mut r = Run::new();
+    let mut vmware = running(512);
+    vmware.hypervisor = Some("VMware".into());
+    let v = r.seen(0, &vmware);
+    assert_verdict(&v, Status::True, reason::VM_RUNNING);
+    assert!(!v.provisional, "{v:?}");
+    let mut r = Run::new();
+    r.m.has_node = true;
+    assert!(!r.seen(0, &running(512)).provisional);
+}
+
 #[test]
 fn flat_traffic_of_a_machine_with_a_node_is_not_judged() {
     let mut r = Run::new();
@@ -1185,6 +1234,20 @@ proptest! {
         let d = crate::decide(&subjects, &g, &crate::MassFailureGuard::default(), now);
         let c = d.conditions(&subjects, "CloudStackVMHealthy", now);
         prop_assert_eq!(c.len(), 1);
+        // A held first write is held for a bounded time: a provisional verdict is True and
+        // either names when it changes or is within its first samples' due time.
+        if let Some(v) = &d.verdicts[0] {
+            if v.provisional {
+                prop_assert_eq!(v.status, Status::True);
+                let first = h.first_observed.expect("observed");
+                prop_assert!(
+                    v.next_change.is_some()
+                        || now.duration_since(first)
+                            < crate::traffic::rise_fresh_within(&h.traffic, &g),
+                    "{:?}", v
+                );
+            }
+        }
     }
 }
 

@@ -30,13 +30,28 @@ pub enum TrafficEvidence {
     Inconclusive {
         why: String,
         silent_at: Option<Timestamp>,
+        /// Only more samples are missing (none yet, or fewer than the window): the next ones
+        /// decide, where a lasting reason (a hypervisor not judged, stale or untrusted stats)
+        /// would give the same answer again.
+        gathering: bool,
     },
 }
 
+/// Inconclusive for a reason more samples do not change.
 fn inconclusive(why: impl Into<String>) -> TrafficEvidence {
     TrafficEvidence::Inconclusive {
         why: why.into(),
         silent_at: None,
+        gathering: false,
+    }
+}
+
+/// Inconclusive until more samples arrive; `silent_at` when flat samples would decide.
+fn gathering(why: impl Into<String>, silent_at: Option<Timestamp>) -> TrafficEvidence {
+    TrafficEvidence::Inconclusive {
+        why: why.into(),
+        silent_at,
+        gathering: true,
     }
 }
 
@@ -216,7 +231,7 @@ pub fn assess_traffic(t: &Traffic, seen: &Sighting, g: &Graces, now: Timestamp) 
         return inconclusive("its host is in maintenance, where CloudStack collects no stats");
     }
     let (Some(value), Some(flat_since)) = (t.last_value, t.flat_since) else {
-        return inconclusive("no traffic stats reported");
+        return gathering("no traffic stats reported", None);
     };
     match t.rows.as_deref() {
         Some(rows) => assess_rows(
@@ -240,8 +255,9 @@ fn assess_rows(
     now: Timestamp,
 ) -> TrafficEvidence {
     let Some(newest) = rows.last().map(|r| r.0) else {
-        return inconclusive(
+        return gathering(
             "no stats samples for this VM (collection off, or its host not collected)",
+            None,
         );
     };
     let cadence = cadence_in_force(t, g);
@@ -258,13 +274,13 @@ fn assess_rows(
     // A row covers the interval before it.
     let covered = newest.0.duration_since(start.0) + cadence;
     if covered < window {
-        return TrafficEvidence::Inconclusive {
-            why: format!(
+        return gathering(
+            format!(
                 "guest→host traffic 0 KiB in the stats samples since {}",
                 at(start.0)
             ),
-            silent_at: Some(later(newest.0, window - covered)),
-        };
+            Some(later(newest.0, window - covered)),
+        );
     }
     let rows_total: u64 = rows.iter().map(|r| r.1).sum();
     if rows_total > value {
@@ -302,15 +318,15 @@ fn assess_rows(
         window * 2
     };
     if now.duration_since(flat_since) < flat_needed {
-        return TrafficEvidence::Inconclusive {
-            why: format!(
+        return gathering(
+            format!(
                 "guest→host traffic 0 KiB in the stats samples since {}; its counter has been \
                  watched only since {}",
                 at(start.0),
                 at(flat_since)
             ),
-            silent_at: Some(later(flat_since, flat_needed)),
-        };
+            Some(later(flat_since, flat_needed)),
+        );
     }
     TrafficEvidence::Silent(format!(
         "guest→host traffic is 0 KiB in every stats sample of the last {} (stats every {}) and \
@@ -335,11 +351,14 @@ fn assess_counter_alone(
         ));
     }
     let Some(cadence) = t.counter_cadence else {
-        return inconclusive(format!(
-            "guest→host traffic flat at {value} KiB since {}, but how often rows arrive is not \
-             known yet (no VM of its scope has shown steady traffic)",
-            at(flat_since)
-        ));
+        return gathering(
+            format!(
+                "guest→host traffic flat at {value} KiB since {}, but how often rows arrive is \
+                 not known yet (no VM of its scope has shown steady traffic)",
+                at(flat_since)
+            ),
+            None,
+        );
     };
     // (silent samples + 1) intervals, at the spacing rows really arrive at, never shorter
     // than `--stats-interval` says — and at least twice the usual pause this VM's counter
@@ -363,13 +382,13 @@ fn assess_counter_alone(
         }
     }
     if now.duration_since(flat_since) < window {
-        return TrafficEvidence::Inconclusive {
-            why: format!(
+        return gathering(
+            format!(
                 "guest→host traffic flat at {value} KiB since {}",
                 at(flat_since)
             ),
-            silent_at: Some(later(flat_since, window)),
-        };
+            Some(later(flat_since, window)),
+        );
     }
     TrafficEvidence::Silent(format!(
         "guest→host traffic flat at {value} KiB since {} (its usage history is not visible \
