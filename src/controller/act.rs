@@ -104,7 +104,7 @@ impl Controller {
         summary: &mut CycleSummary,
     ) -> Acted {
         if !self.write_errors.is_empty() {
-            let live: BTreeSet<String> = g.targets.iter().map(key_of).collect();
+            let live: BTreeSet<String> = g.targets.iter().map(|t| key_of(t)).collect();
             self.write_errors.retain(|k, _| live.contains(k));
         }
         self.queue_conditions(&g.targets, &d.conditions, &d.first_write_held, summary);
@@ -224,7 +224,7 @@ impl Controller {
     /// already queued; counts the unchanged ones.
     fn queue_conditions(
         &mut self,
-        targets: &[Target],
+        targets: &[std::sync::Arc<Target>],
         nexts: &[Option<ConditionState>],
         held: &[bool],
         summary: &mut CycleSummary,

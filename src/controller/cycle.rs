@@ -52,6 +52,8 @@ pub struct Controller {
     /// What this process last wrote per Machine uid: the watch cache can lag behind our own
     /// writes, and a lagging read must not cause a second write.
     pub(super) written: HashMap<String, Written>,
+    /// The Machines' targets, joined again per watch change (`joins`).
+    pub(super) targets: super::joins::TargetIndex,
     /// The opt-in guest probe (off without `--probe-credentials`).
     pub(super) probing: super::probing::Probing,
     /// The orphan report (off with `--no-orphan-report`).
@@ -131,6 +133,7 @@ impl Controller {
             scopes: BTreeMap::new(),
             endpoints: HashMap::new(),
             written: HashMap::new(),
+            targets: Default::default(),
             probing: Default::default(),
             orphans,
             writer: None,

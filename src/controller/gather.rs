@@ -11,7 +11,7 @@ use jiff::{SignedDuration, Timestamp};
 use super::credentials::{self, credentials_id};
 use super::cycle::{Controller, CycleSummary, Written};
 use super::kube_io;
-use super::targets::{self, EndpointRef, Objects, Target};
+use super::targets::{EndpointRef, Target};
 use crate::cli::to_std;
 use crate::cloudstack::client::VmListQuery;
 use crate::cloudstack::client::{ClientConfig, CloudStackClient};
@@ -53,7 +53,8 @@ const SCOPE_RETENTION: SignedDuration = SignedDuration::from_hours(1);
 
 /// What the gather phase found.
 pub(super) struct Gathered {
-    pub targets: Vec<Target>,
+    /// Shared with the kept joins: a target is copied only when our write is laid over it.
+    pub targets: Vec<Arc<Target>>,
     /// The scope key each usable endpoint is polled through.
     pub scope_of: HashMap<EndpointRef, String>,
     /// Endpoints whose credentials cannot be had, with why (no Secret values in it).
@@ -95,16 +96,10 @@ struct ScopeWants<'a> {
 
 impl Controller {
     pub(super) async fn gather(&mut self, now: Timestamp, summary: &mut CycleSummary) -> Gathered {
-        let mut targets = targets::build(
-            &Objects {
-                machines: &self.stores.machines.state(),
-                cloudstack_machines: &self.stores.cloudstack_machines.state(),
-                failure_domains: &self.stores.failure_domains.state(),
-                clusters: &self.stores.clusters.state(),
-                health_checks: &self.stores.health_checks.state(),
-            },
-            &self.args.namespaces,
-        );
+        let changed = self.stores.take_changed();
+        let mut targets = self
+            .targets
+            .update(&self.stores, &changed, &self.args.namespaces);
         summary.machines = targets.len();
         self.lay_our_writes_over(&mut targets);
 
@@ -184,7 +179,10 @@ impl Controller {
 
     /// The watch cache can lag behind our own writes: while it still shows the version a write
     /// of ours was based on, that write is what the Machine carries.
-    fn lay_our_writes_over(&mut self, targets: &mut [Target]) {
+    fn lay_our_writes_over(&mut self, targets: &mut [Arc<Target>]) {
+        if self.written.is_empty() {
+            return;
+        }
         let live: BTreeSet<&String> = targets
             .iter()
             .filter_map(|t| t.machine.uid.as_ref())
@@ -200,7 +198,8 @@ impl Controller {
                 self.written.get(uid),
             );
             if lagging {
-                t.current = current.cloned();
+                let current = current.cloned();
+                Arc::make_mut(t).current = current;
             } else {
                 self.written.remove(uid);
             }

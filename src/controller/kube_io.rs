@@ -14,11 +14,12 @@ use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{self, Lookup, Store};
+use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use serde_json::json;
 
+use super::joins::{Changed, ChangedKinds, Records};
 use crate::k8s::views::{Partial, View};
 use crate::k8s::watched::{
     CloudStackMachineRecord, ClusterRecord, ConditionReader, FailureDomainRecord,
@@ -163,6 +164,8 @@ pub struct Stores {
 #[derive(Clone)]
 pub struct Watched<R: Lookup<DynamicType = ()> + Clone + 'static> {
     stores: Vec<Store<R>>,
+    /// What the watches applied since the last [`Watched::take_changed`].
+    changed: Arc<std::sync::Mutex<Changed>>,
 }
 
 impl<R> Watched<R>
@@ -177,10 +180,49 @@ where
         }
     }
 
+    /// The record of one object, from the store of its namespace.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<R>> {
+        let key = ObjectRef::new(name).within(namespace);
+        self.stores.iter().find_map(|s| s.get(&key))
+    }
+
+    /// What the watches applied since the last call (and forgets it).
+    pub fn take_changed(&self) -> Changed {
+        std::mem::take(&mut *self.changed.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     async fn wait_until_ready(&self) {
         for s in &self.stores {
             let _ = s.wait_until_ready().await;
         }
+    }
+}
+
+impl Records for Stores {
+    fn machines(&self) -> Vec<Arc<MachineRecord>> {
+        self.machines.state()
+    }
+    fn machine(&self, namespace: &str, name: &str) -> Option<Arc<MachineRecord>> {
+        self.machines.get(namespace, name)
+    }
+    fn cloudstack_machines(&self) -> Vec<Arc<CloudStackMachineRecord>> {
+        self.cloudstack_machines.state()
+    }
+    fn cloudstack_machine(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<CloudStackMachineRecord>> {
+        self.cloudstack_machines.get(namespace, name)
+    }
+    fn failure_domains(&self) -> Vec<Arc<FailureDomainRecord>> {
+        self.failure_domains.state()
+    }
+    fn clusters(&self) -> Vec<Arc<ClusterRecord>> {
+        self.clusters.state()
+    }
+    fn health_checks(&self) -> Vec<Arc<HealthCheckRecord>> {
+        self.health_checks.state()
     }
 }
 
@@ -204,11 +246,13 @@ where
             .map(|ns| Api::namespaced_with(client.clone(), ns, ar))
             .collect()
     };
+    let changed = Arc::new(std::sync::Mutex::new(Changed::default()));
     Watched {
         stores: apis
             .into_iter()
-            .map(|api| watch_one(api, ar.kind.clone(), read.clone()))
+            .map(|api| watch_one(api, ar.kind.clone(), read.clone(), changed.clone()))
             .collect(),
+        changed,
     }
 }
 
@@ -216,6 +260,7 @@ fn watch_one<V, R>(
     api: Api<Partial<V>>,
     kind: String,
     read: impl Fn(V) -> Option<R> + Send + 'static,
+    changed: Arc<std::sync::Mutex<Changed>>,
 ) -> Store<R>
 where
     V: View,
@@ -230,7 +275,12 @@ where
             match event {
                 Ok(event) => {
                     if let Some(event) = record_event(event, &read) {
+                        // The store first, then the note (see `controller::joins`).
                         writer.apply_watcher_event(&event);
+                        changed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .note(&event);
                     }
                 }
                 Err(e) => {
@@ -260,6 +310,17 @@ fn record_event<V, R>(
 }
 
 impl Stores {
+    /// What each watch applied since the last call.
+    pub fn take_changed(&self) -> ChangedKinds {
+        ChangedKinds {
+            machines: self.machines.take_changed(),
+            cloudstack_machines: self.cloudstack_machines.take_changed(),
+            failure_domains: self.failure_domains.take_changed(),
+            clusters: self.clusters.take_changed(),
+            health_checks: self.health_checks.take_changed(),
+        }
+    }
+
     /// Starts the watches in `namespaces` (every namespace when empty: `--namespace` unset);
     /// `reader` says how to read our condition off a Machine.
     pub fn start(

@@ -6,7 +6,8 @@
 //! - [`run`]: wiring: HTTP side, discovery, watches, leader Lease, the poll loop, shutdown.
 //! - [`cycle`]: one poll cycle as phases: [`gather`] → [`poll`] → [`decide`] → [`act`] →
 //!   [`report`].
-//! - [`targets`]: watched objects → Machines to judge (pure).
+//! - [`targets`]: watched objects → Machines to judge (pure); [`joins`] keeps them between
+//!   cycles and joins again only what the watches changed.
 //! - [`leadership`]: the Lease confirmed before every write.
 //! - [`writer`]: the task that sends every write behind a bounded queue, so a slow API
 //!   server never holds up a poll.
@@ -19,6 +20,7 @@ pub mod credentials;
 pub mod cycle;
 pub mod decide;
 pub mod gather;
+pub mod joins;
 pub mod kube_io;
 pub mod leadership;
 pub mod orphans;

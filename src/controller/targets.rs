@@ -146,35 +146,91 @@ impl<'a> FailureDomains<'a> {
 
 /// Joins the records into targets. `namespaces` empty = all. Each Machine's joins are hash
 /// probes (CloudStackMachine and Cluster by name, failure domain by name, MachineHealthChecks
-/// by cluster): a cycle costs O(Machines), not O(Machines × (MHCs + failure domains)).
+/// by cluster): a cycle costs O(Machines), not O(Machines × (MHCs + failure domains)). The
+/// controller keeps its targets between cycles and joins only the Machines a watch changed
+/// ([`super::joins`]); this is the whole join, for a (re)list and for `check`-like callers.
 pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
     let csm_by_name: HashMap<(&str, &str), &CloudStackMachineRecord> = objects
         .cloudstack_machines
         .iter()
         .map(|c| ((c.namespace.as_str(), c.name.as_str()), &**c))
         .collect();
-    let paused_clusters: HashMap<(&str, &str), bool> = objects
-        .clusters
+    let joiner = Joiner::new(
+        objects.failure_domains,
+        objects.clusters,
+        objects.health_checks,
+        namespaces,
+    );
+    objects
+        .machines
         .iter()
-        .map(|c| ((c.namespace.as_str(), c.name.as_str()), c.paused))
-        .collect();
-    let mut mhcs_by_cluster: HashMap<(&str, &str), Vec<&HealthCheckRecord>> = HashMap::new();
-    for mhc in objects.health_checks {
-        if let Some(cluster) = mhc.cluster_name.as_deref() {
-            mhcs_by_cluster
-                .entry((mhc.namespace.as_str(), cluster))
-                .or_default()
-                .push(mhc);
+        .filter_map(|record| {
+            let csm = csm_by_name
+                .get(&(record.view.namespace.as_str(), csm_name(record)))
+                .copied();
+            joiner.target(record, csm)
+        })
+        .collect()
+}
+
+/// The CloudStackMachine a Machine's `spec.infrastructureRef` names ("" when none).
+pub(super) fn csm_name(record: &MachineRecord) -> &str {
+    record
+        .view
+        .infrastructure_name
+        .as_deref()
+        .unwrap_or_default()
+}
+
+/// The few kinds a Machine is joined against besides its CloudStackMachine — failure domains,
+/// Clusters, MachineHealthChecks — as lookups, built once per cycle.
+pub(super) struct Joiner<'a> {
+    paused_clusters: HashMap<(&'a str, &'a str), bool>,
+    mhcs_by_cluster: HashMap<(&'a str, &'a str), Vec<&'a HealthCheckRecord>>,
+    failure_domains: FailureDomains<'a>,
+    namespaces: &'a [String],
+}
+
+impl<'a> Joiner<'a> {
+    pub(super) fn new(
+        failure_domains: &'a [Arc<FailureDomainRecord>],
+        clusters: &'a [Arc<ClusterRecord>],
+        health_checks: &'a [Arc<HealthCheckRecord>],
+        namespaces: &'a [String],
+    ) -> Self {
+        let paused_clusters = clusters
+            .iter()
+            .map(|c| ((c.namespace.as_str(), c.name.as_str()), c.paused))
+            .collect();
+        let mut mhcs_by_cluster: HashMap<(&str, &str), Vec<&HealthCheckRecord>> = HashMap::new();
+        for mhc in health_checks {
+            if let Some(cluster) = mhc.cluster_name.as_deref() {
+                mhcs_by_cluster
+                    .entry((mhc.namespace.as_str(), cluster))
+                    .or_default()
+                    .push(mhc);
+            }
+        }
+        Self {
+            paused_clusters,
+            mhcs_by_cluster,
+            failure_domains: FailureDomains::new(failure_domains),
+            namespaces,
         }
     }
-    let failure_domains = FailureDomains::new(objects.failure_domains);
-    let mut out = Vec::with_capacity(objects.machines.len());
-    for record in objects.machines {
+
+    /// The Machine's target, joined with its CloudStackMachine `csm` (looked up by the caller
+    /// under [`csm_name`]); `None` for a Machine that is not CAPC's or is outside `--namespace`.
+    pub(super) fn target(
+        &self,
+        record: &MachineRecord,
+        csm: Option<&CloudStackMachineRecord>,
+    ) -> Option<Target> {
         let view = &record.view;
         if !view.is_cloudstack()
-            || (!namespaces.is_empty() && !namespaces.contains(&view.namespace))
+            || (!self.namespaces.is_empty() && !self.namespaces.contains(&view.namespace))
         {
-            continue;
+            return None;
         }
         let cluster_key = (view.namespace.as_str(), view.cluster_name.as_str());
         let mut t = Target {
@@ -184,24 +240,32 @@ pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
             csm_state_since: None,
             endpoint: None,
             problem: None,
-            mhc_covered: mhcs_by_cluster
+            mhc_covered: self
+                .mhcs_by_cluster
                 .get(&cluster_key)
                 .is_some_and(|mhcs| mhcs.iter().any(|mhc| mhc_covers(mhc, view))),
-            cluster_paused: paused_clusters.get(&cluster_key).copied().unwrap_or(false),
+            cluster_paused: self
+                .paused_clusters
+                .get(&cluster_key)
+                .copied()
+                .unwrap_or(false),
             current: record.current.clone(),
             machine: view.clone(),
         };
-        let csm_name = view.infrastructure_name.as_deref().unwrap_or_default();
-        let Some(csm) = csm_by_name.get(&(view.namespace.as_str(), csm_name)) else {
-            t.problem = Some(TargetProblem::NoCloudStackMachine(csm_name.to_string()));
-            out.push(t);
-            continue;
+        let Some(csm) = csm else {
+            t.problem = Some(TargetProblem::NoCloudStackMachine(
+                csm_name(record).to_string(),
+            ));
+            return Some(t);
         };
         t.instance_id = csm.instance_id.clone();
         t.csm_state = csm.instance_state.clone();
         t.csm_state_since = csm.instance_state_since;
         let fd_name = csm.failure_domain_name.as_deref().unwrap_or_default();
-        match failure_domains.endpoint(&view.namespace, &view.cluster_name, fd_name) {
+        match self
+            .failure_domains
+            .endpoint(&view.namespace, &view.cluster_name, fd_name)
+        {
             Ok(endpoint) => t.endpoint = Some(endpoint),
             // Not deployed yet: CAPC picks the failure domain and the VM together, so a missing
             // one is no credentials problem until there is an instance to judge.
@@ -211,9 +275,8 @@ pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
         if t.instance_id.is_none() && t.problem.is_none() {
             t.problem = Some(TargetProblem::NoInstanceId);
         }
-        out.push(t);
+        Some(t)
     }
-    out
 }
 
 /// Why none of several failure domains named `fd_name` can be used for a Machine of `cluster`:

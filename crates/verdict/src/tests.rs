@@ -521,6 +521,22 @@ impl Run {
     }
 }
 
+/// A booting guest first shown healthy by a usage-history row and then by its rising counter
+/// keeps one condition message: the source changing is no reason to rewrite the Machine.
+#[test]
+fn healthy_from_a_row_and_then_from_the_counter_reads_the_same() {
+    let mut r = Run::new();
+    let from_row = r.poll_with_history(0, 0, |_| 100, |t| Some(rows(-60, t, |_| 4)));
+    assert_verdict(&from_row, Status::True, reason::VM_HEALTHY);
+    assert!(
+        r.h.traffic.last_rise.is_none(),
+        "only the row can have said it"
+    );
+    let from_counter = r.poll_range(30, 120, |t| running(100 + t as u64));
+    assert_verdict(&from_counter, Status::True, reason::VM_HEALTHY);
+    assert_eq!(from_row.message, from_counter.message);
+}
+
 #[test]
 fn zero_rows_and_a_flat_counter_over_three_collections_are_silent() {
     let mut r = Run::new();

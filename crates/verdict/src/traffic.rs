@@ -211,10 +211,13 @@ fn counter_untrusted(t: &Traffic, seen: &Sighting, now: Timestamp) -> Option<Str
     }
 }
 
+/// What `Rising` says, whichever source (the listing's counter, a usage-history row) showed it.
+const RISING: &str = "guest→host traffic rising";
+
 /// Judges guest→host traffic at `now` for a Running VM without a Node.
 pub fn assess_traffic(t: &Traffic, seen: &Sighting, g: &Graces, now: Timestamp) -> TrafficEvidence {
     if rose_recently(t, g, now) {
-        return TrafficEvidence::Rising("guest→host traffic rising".to_string());
+        return TrafficEvidence::Rising(RISING.to_string());
     }
     if !g.judges_silence_on(seen.hypervisor.as_deref()) {
         let hv = seen
@@ -268,7 +271,9 @@ fn assess_rows(
         ));
     }
     let Some(start) = zero_run_start(rows, cadence) else {
-        return TrafficEvidence::Rising("guest→host traffic in the latest stats sample".into());
+        // The same words as a rising counter: a row with traffic is what raises it, and a
+        // Machine's condition must not be rewritten when the other source speaks first.
+        return TrafficEvidence::Rising(RISING.to_string());
     };
     let window = cadence * i32::try_from(g.silent_samples.max(1)).unwrap_or(i32::MAX);
     // A row covers the interval before it.
