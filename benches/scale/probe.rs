@@ -340,7 +340,9 @@ pub async fn run(seed: u64, graces: &Graces) -> ProbeResults {
     let started = Instant::now();
     let mut out = ProbeResults::default();
     // The twins start at the same simulated moment (rounded to a second).
-    let start_ms = cloudstack_sim::real_now_ms() / 1000 * 1000;
+    // Fixed, so that runs (and builds) compare: the phase of the stats collections against
+    // the polls moved these figures between runs when it came from the wall clock.
+    let start_ms = crate::verdict_time::START_MS;
     // The goal runs: each scope on a network of its own with its own virtual router, as a
     // cluster's network is when CAPC creates it per cluster.
     for hv in Hypervisor::ALL {
