@@ -120,8 +120,8 @@ pub fn plan() -> FleetPlan {
     }
 }
 
-/// 2027-01-15T08:00:00Z, on a whole minute.
-pub const START_MS: i64 = 1_800_000_000_000 - 1_800_000_000_000 % 60_000;
+/// 2027-01-15T08:00:00Z (a whole minute).
+pub const START_MS: i64 = 1_800_000_000_000;
 
 /// (simulated ms, VM id) of every injection, in time order.
 pub fn schedule(fleet: &Fleet, start_ms: i64, rng: &mut StdRng) -> Vec<(i64, String)> {

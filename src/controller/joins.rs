@@ -80,15 +80,20 @@ pub trait Records {
     fn health_checks(&self) -> Vec<Arc<HealthCheckRecord>>;
 }
 
-/// The targets of the last cycle, by Machine, with the CloudStackMachine each was joined to.
+/// The targets of the last cycle, by Machine, and which Machines each CloudStackMachine
+/// feeds. Keys are `namespace/name` ('/' is in neither part): one allocation each, as this is
+/// kept for every Machine.
 #[derive(Default)]
 pub struct TargetIndex {
-    targets: BTreeMap<Key, Arc<Target>>,
-    /// CloudStackMachine → the Machines whose `infrastructureRef` names it.
-    machines_of: HashMap<Key, BTreeSet<Key>>,
-    /// Machine → the CloudStackMachine it names (to unlink it when that changes).
-    csm_of: HashMap<Key, Key>,
+    targets: BTreeMap<Box<str>, Arc<Target>>,
+    /// A CloudStackMachine → the Machines whose `infrastructureRef` names it (one, unless
+    /// several Machines name the same object).
+    machines_of: HashMap<Box<str>, Vec<Box<str>>>,
     built: bool,
+}
+
+fn joined(namespace: &str, name: &str) -> Box<str> {
+    format!("{namespace}/{name}").into_boxed_str()
 }
 
 impl TargetIndex {
@@ -114,12 +119,17 @@ impl TargetIndex {
                 records.health_checks(),
             );
             let joiner = Joiner::new(&fds, &clusters, &checks, namespaces);
-            let mut dirty: BTreeSet<&Key> = changed.machines.keys.iter().collect();
-            let mut via_csm = BTreeSet::new();
-            for csm in &changed.cloudstack_machines.keys {
-                via_csm.extend(self.machines_of.get(csm).into_iter().flatten().cloned());
+            let mut dirty: BTreeSet<Box<str>> = changed
+                .machines
+                .keys
+                .iter()
+                .map(|(ns, name)| joined(ns, name))
+                .collect();
+            for (ns, name) in &changed.cloudstack_machines.keys {
+                if let Some(machines) = self.machines_of.get(&joined(ns, name)) {
+                    dirty.extend(machines.iter().cloned());
+                }
             }
-            dirty.extend(via_csm.iter());
             for key in dirty {
                 self.join(key, records, &joiner);
             }
@@ -144,41 +154,41 @@ impl TargetIndex {
             ..Self::default()
         };
         for t in built {
-            let key = (t.machine.namespace.clone(), t.machine.name.clone());
-            self.link(&key, t.infrastructure_key());
-            self.targets.insert(key, Arc::new(t));
+            self.insert(joined(&t.machine.namespace, &t.machine.name), t);
         }
     }
 
     /// Joins one Machine again (or forgets it, when it is gone or not ours).
-    fn join(&mut self, key: &Key, records: &impl Records, joiner: &Joiner<'_>) {
-        self.unlink(key);
-        self.targets.remove(key);
-        let Some(record) = records.machine(&key.0, &key.1) else {
+    fn join(&mut self, key: Box<str>, records: &impl Records, joiner: &Joiner<'_>) {
+        self.forget(&key);
+        let Some((namespace, name)) = key.split_once('/') else {
             return;
         };
-        let csm = records.cloudstack_machine(&key.0, csm_name(&record));
+        let Some(record) = records.machine(namespace, name) else {
+            return;
+        };
+        let csm = records.cloudstack_machine(namespace, csm_name(&record));
         if let Some(t) = joiner.target(&record, csm.as_deref()) {
-            self.link(key, t.infrastructure_key());
-            self.targets.insert(key.clone(), Arc::new(t));
+            self.insert(key, t);
         }
     }
 
-    fn link(&mut self, machine: &Key, csm: Key) {
-        self.machines_of
-            .entry(csm.clone())
-            .or_default()
-            .insert(machine.clone());
-        self.csm_of.insert(machine.clone(), csm);
+    fn insert(&mut self, key: Box<str>, t: Target) {
+        let feeds = self.machines_of.entry(t.csm_key()).or_default();
+        if !feeds.contains(&key) {
+            feeds.push(key.clone());
+        }
+        self.targets.insert(key, Arc::new(t));
     }
 
-    fn unlink(&mut self, machine: &Key) {
-        let Some(csm) = self.csm_of.remove(machine) else {
+    fn forget(&mut self, key: &str) {
+        let Some(old) = self.targets.remove(key) else {
             return;
         };
-        if let Some(set) = self.machines_of.get_mut(&csm) {
-            set.remove(machine);
-            if set.is_empty() {
+        let csm = old.csm_key();
+        if let Some(feeds) = self.machines_of.get_mut(&csm) {
+            feeds.retain(|m| &**m != key);
+            if feeds.is_empty() {
                 self.machines_of.remove(&csm);
             }
         }
@@ -186,11 +196,14 @@ impl TargetIndex {
 }
 
 impl Target {
-    /// The CloudStackMachine this target was joined to (or looked for).
-    fn infrastructure_key(&self) -> Key {
-        (
-            self.machine.namespace.clone(),
-            self.machine.infrastructure_name.clone().unwrap_or_default(),
+    /// The CloudStackMachine this target was joined to (or looked for), as an index key.
+    fn csm_key(&self) -> Box<str> {
+        joined(
+            &self.machine.namespace,
+            self.machine
+                .infrastructure_name
+                .as_deref()
+                .unwrap_or_default(),
         )
     }
 }
