@@ -14,9 +14,8 @@ use criterion::{BatchSize, Criterion};
 use capc_health_shim::cloudstack::model::VirtualMachine;
 use capc_health_shim::cloudstack::parse::{parse_list_page, Reply};
 use capc_health_shim::cloudstack::signing;
-use capc_health_shim::orphans::{
-    ClusterSighting, MachineSighting, OrphanFinder, ScopeListing, SightingRef,
-};
+use capc_health_shim::k8s::watched::CloudStackMachineRecord;
+use capc_health_shim::orphans::{ClusterSighting, OrphanFinder, ScopeListing, SightingRef};
 use capc_health_shim::scope::ListedVm;
 use capc_health_shim::verdict::{
     evaluate, mark_paused_collections, Graces, MachineFacts, PollOutcome, VmHistory,
@@ -166,15 +165,19 @@ fn verdict(c: &mut Criterion) {
 fn orphans(c: &mut Criterion) {
     const SCOPE: &str = "https://cloud.example/client/api project=- zone=z1";
     let t0: Timestamp = "2026-11-30T00:00:00Z".parse().expect("timestamp");
-    let machines: Vec<MachineSighting> = (0..10_000)
-        .map(|i| MachineSighting {
-            namespace: "bench".into(),
-            name: format!("m-{i:05}-csm"),
-            cluster: Some(format!("c{}", i % 10)),
-            scope: Some(SCOPE.into()),
-            instance_id: Some(format!("00000000-0000-4000-8000-{i:012}")),
-            deleting: false,
-            moving: false,
+    let machines: Vec<std::sync::Arc<CloudStackMachineRecord>> = (0..10_000)
+        .map(|i| {
+            std::sync::Arc::new(CloudStackMachineRecord {
+                namespace: "bench".into(),
+                name: format!("m-{i:05}-csm"),
+                instance_id: Some(format!("00000000-0000-4000-8000-{i:012}")),
+                failure_domain_name: Some("fd1".into()),
+                instance_state: Some("Running".into()),
+                instance_state_since: None,
+                cluster_name: Some(format!("c{}", i % 10)),
+                deleting: false,
+                moving: false,
+            })
         })
         .collect();
     let clusters: Vec<ClusterSighting> = (0..10)
@@ -200,7 +203,13 @@ fn orphans(c: &mut Criterion) {
         scope: SCOPE,
         vms: Some(&listed),
     }];
-    let machines: Vec<SightingRef<'_>> = machines.iter().map(MachineSighting::borrowed).collect();
+    let machines: Vec<SightingRef<'_>> = machines
+        .iter()
+        .map(|machine| SightingRef {
+            machine,
+            scope: Some(SCOPE),
+        })
+        .collect();
     let mut warm = OrphanFinder::new(SignedDuration::from_mins(15));
     warm.observe(&machines, &clusters, &listings, t0);
     let now = t0 + SignedDuration::from_secs(30);

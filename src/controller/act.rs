@@ -234,7 +234,7 @@ impl Controller {
             let Some(next) = next.as_ref().filter(|_| !held) else {
                 continue;
             };
-            if is_unchanged(t.current.as_ref(), next) {
+            if is_unchanged(t.current.as_deref(), next) {
                 unchanged += 1;
                 if !self.write_errors.is_empty() {
                     // It carries what was decided: an earlier failed write no longer stands.

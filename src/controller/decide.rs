@@ -91,7 +91,7 @@ impl Controller {
     /// Machine carries stands by itself until evidence contradicts it: `verdict::standing`.)
     fn carry_over_published(&mut self, g: &Gathered) {
         for t in &g.targets {
-            let (Some(key), Some(id)) = (g.scope_key(t), &t.instance_id) else {
+            let (Some(key), Some(id)) = (g.scope_key(t), t.instance_id()) else {
                 continue;
             };
             let Some(history) = self
@@ -102,7 +102,7 @@ impl Controller {
                 continue;
             };
             if let (Some(state), Some(since), Some(seen)) =
-                (&t.csm_state, t.csm_state_since, &history.sighting)
+                (t.csm_state(), t.csm_state_since(), &history.sighting)
             {
                 if seen.state.as_str() == state {
                     history.anchor_state_since(since);
@@ -118,7 +118,7 @@ impl Controller {
             .map(|(t, fixed)| {
                 let scope = g.scope_key(t);
                 let history = scope
-                    .zip(t.instance_id.as_ref())
+                    .zip(t.instance_id())
                     .and_then(|(key, id)| self.scopes.get(key)?.polled.observer.histories.get(id));
                 let evidence = match (&t.problem, fixed, history) {
                     (
@@ -138,7 +138,7 @@ impl Controller {
                         deleting: t.machine.deleting,
                         unlinked_node: None,
                     },
-                    published: t.current.as_ref(),
+                    published: t.current.as_deref(),
                 }
             })
             .collect()

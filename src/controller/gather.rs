@@ -108,7 +108,7 @@ impl Controller {
         // (Borrowed from this cycle's targets: nothing is copied per Machine.)
         let mut by_endpoint: BTreeMap<&EndpointRef, (Vec<&str>, BTreeSet<&str>)> = BTreeMap::new();
         for t in &targets {
-            if let (Some(e), Some(id), None) = (&t.endpoint, &t.instance_id, &t.problem) {
+            if let (Some(e), Some(id), None) = (&t.endpoint, t.instance_id(), &t.problem) {
                 let (ids, stats_wanted) = by_endpoint.entry(&**e).or_default();
                 ids.push(id);
                 if !t.machine.has_node_ref {
@@ -333,10 +333,10 @@ impl Controller {
 /// it shows any other version, the cache is the truth — even if another writer dropped or
 /// changed our condition (then it is written again).
 fn current_condition<'a>(
-    cached: Option<&'a ConditionState>,
+    cached: Option<&'a Arc<ConditionState>>,
     cached_version: Option<&str>,
     written: Option<&'a Written>,
-) -> (Option<&'a ConditionState>, bool) {
+) -> (Option<&'a Arc<ConditionState>>, bool) {
     match written {
         Some(w) if w.based_on.as_deref() == cached_version => (Some(&w.condition), true),
         _ => (cached, false),
@@ -417,11 +417,11 @@ mod tests {
             condition: condition(Status::False, reason::VM_ERROR).into(),
             based_on: Some("41".into()),
         };
-        let cached = condition(Status::True, reason::VM_HEALTHY);
+        let cached = Arc::new(condition(Status::True, reason::VM_HEALTHY));
         // The cache still shows the version we wrote on top of: ours is newer.
         let (c, lagging) = current_condition(Some(&cached), Some("41"), Some(&ours));
         assert!(lagging);
-        assert_eq!(c, Some(&*ours.condition));
+        assert_eq!(c, Some(&ours.condition));
         // The cache moved on (our write, or someone's after it): it is the truth, also when
         // another writer dropped our condition.
         let (c, lagging) = current_condition(None, Some("57"), Some(&ours));

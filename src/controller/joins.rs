@@ -80,6 +80,20 @@ pub trait Records {
     fn health_checks(&self) -> Vec<Arc<HealthCheckRecord>>;
 }
 
+/// Every Machine joined from `records`, as the first cycle (or a relist) does it.
+pub fn whole_join(records: &impl Records, namespaces: &[String]) -> Vec<Target> {
+    targets::build(
+        &Objects {
+            machines: &records.machines(),
+            cloudstack_machines: &records.cloudstack_machines(),
+            failure_domains: &records.failure_domains(),
+            clusters: &records.clusters(),
+            health_checks: &records.health_checks(),
+        },
+        namespaces,
+    )
+}
+
 /// The targets of the last cycle, by Machine, and which Machines each CloudStackMachine
 /// feeds. Keys are `namespace/name` ('/' is in neither part): one allocation each, as this is
 /// kept for every Machine.
@@ -138,22 +152,11 @@ impl TargetIndex {
     }
 
     fn rebuild(&mut self, records: &impl Records, namespaces: &[String]) {
-        let machines = records.machines();
-        let built = targets::build(
-            &Objects {
-                machines: &machines,
-                cloudstack_machines: &records.cloudstack_machines(),
-                failure_domains: &records.failure_domains(),
-                clusters: &records.clusters(),
-                health_checks: &records.health_checks(),
-            },
-            namespaces,
-        );
         *self = Self {
             built: true,
             ..Self::default()
         };
-        for t in built {
+        for t in whole_join(records, namespaces) {
             self.insert(joined(&t.machine.namespace, &t.machine.name), t);
         }
     }
@@ -168,7 +171,7 @@ impl TargetIndex {
             return;
         };
         let csm = records.cloudstack_machine(namespace, csm_name(&record));
-        if let Some(t) = joiner.target(&record, csm.as_deref()) {
+        if let Some(t) = joiner.target(&record, csm.as_ref()) {
             self.insert(key, t);
         }
     }

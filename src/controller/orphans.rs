@@ -83,16 +83,11 @@ impl Controller {
             .cloudstack_machines
             .iter()
             .map(|(c, endpoint)| SightingRef {
-                namespace: &c.namespace,
-                name: &c.name,
-                cluster: c.cluster_name.as_deref(),
+                machine: c,
                 scope: endpoint
                     .as_deref()
                     .and_then(|e| g.scope_of.get(e))
                     .map(String::as_str),
-                instance_id: c.instance_id.as_deref(),
-                deleting: c.deleting,
-                moving: c.moving,
             })
             .collect();
         let clusters: Vec<ClusterSighting> = self
@@ -117,6 +112,12 @@ impl Controller {
             .collect();
         let finder = self.orphans.as_mut().expect("checked above");
         let newly = finder.observe(&machines, &clusters, &listings, now);
+        drop(listings);
+        // The listings served only this: not held through the rest of the cycle and the wait
+        // for the next one (~1.5 MB at 10 000 VMs).
+        for scope in self.scopes.values_mut() {
+            scope.listing = None;
+        }
         for o in &newly {
             tracing::warn!(vm = %o.vm_id, name = %o.vm_name, scope = %o.scope,
                 cloudstack_machine = %o.cloudstack_machine, why = %o.why,

@@ -85,7 +85,7 @@ impl Controller {
     pub(super) fn note_probe_facts(&mut self, g: &Gathered) {
         self.probing.facts.clear();
         for t in &g.targets {
-            let (Some(_), Some(id)) = (g.scope_key(t), &t.instance_id) else {
+            let (Some(_), Some(id)) = (g.scope_key(t), t.instance_id()) else {
                 continue;
             };
             self.probing.facts.insert(

@@ -1,7 +1,8 @@
 //! Phase 5 of a cycle, report: what each Machine's verdict and escalation are, per cluster,
 //! scope and failure domain, into `/status` and the verdict gauges.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 
@@ -23,16 +24,22 @@ impl Controller {
         now: Timestamp,
     ) {
         let mut clusters: BTreeMap<String, ClusterReport> = BTreeMap::new();
+        // One copy of each scope key for all the Machines polled in it.
+        let scope_names: HashMap<&str, Arc<str>> = g
+            .scope_of
+            .values()
+            .map(|k| (k.as_str(), Arc::from(k.as_str())))
+            .collect();
         for ((t, decided), escalation) in g.targets.iter().zip(&d.conditions).zip(acted.escalations)
         {
             let machine = format!("{}/{}", t.machine.namespace, t.machine.name);
             let write_error = acted.failed_writes.get(&machine).cloned();
             // A condition that could not be written is not what the Machine carries.
             let published = match write_error {
-                Some(_) => t.current.as_ref(),
+                Some(_) => t.current.as_deref(),
                 None => decided.as_ref(),
             };
-            let mut report = self.machine_report(g, t, published, escalation);
+            let mut report = self.machine_report(g, t, published, escalation, &scope_names);
             report.write_error = write_error;
             clusters
                 .entry(format!(
@@ -81,7 +88,7 @@ impl Controller {
                     .map(|why| format!("guest probe off: CloudStack refused its key ({why})")),
             );
         }
-        // Rendered before it is swapped in: no GET /status waits for (or repeats) the rendering.
+        // Swapped in, then rendered once: no GET /status waits for (or repeats) the rendering.
         self.report.publish(r).await;
     }
 
@@ -91,12 +98,15 @@ impl Controller {
         t: &Target,
         published: Option<&ConditionState>,
         escalation: EscalationState,
+        scope_names: &HashMap<&str, Arc<str>>,
     ) -> MachineReport {
-        let scope = g.scope_key(t).cloned();
+        let scope = g
+            .scope_key(t)
+            .and_then(|k| scope_names.get(k.as_str()).cloned());
         let vm_state = scope
             .as_ref()
-            .and_then(|k| self.scopes.get(k))
-            .zip(t.instance_id.as_ref())
+            .and_then(|k| self.scopes.get(&**k))
+            .zip(t.instance_id())
             .and_then(|(s, id)| s.polled.observer.histories.get(id))
             .and_then(|h| h.sighting.as_ref())
             .map(|s| s.state.to_string());
@@ -104,7 +114,7 @@ impl Controller {
             namespace: t.machine.namespace.clone(),
             name: t.machine.name.clone(),
             control_plane: t.machine.is_control_plane(),
-            vm_id: t.instance_id.clone(),
+            vm_id: t.instance_id().cloned(),
             mhc_covered: t.mhc_covered,
             escalation: escalation.state.into(),
             escalation_detail: escalation.detail,
@@ -144,12 +154,12 @@ fn verdict_counts(clusters: &BTreeMap<String, ClusterReport>) -> BTreeMap<(Statu
 
 /// Machines and failing Machines per namespace and scope.
 fn failure_domains(clusters: &BTreeMap<String, ClusterReport>) -> Vec<FailureDomainReport> {
-    let mut fds: BTreeMap<(String, String), (usize, usize)> = BTreeMap::new();
+    let mut fds: BTreeMap<(&str, &str), (usize, usize)> = BTreeMap::new();
     for (key, c) in clusters {
-        let ns = key.split('/').next().unwrap_or_default().to_string();
+        let ns = key.split('/').next().unwrap_or_default();
         for m in c.machines.values() {
             let entry = fds
-                .entry((ns.clone(), m.scope.clone().unwrap_or_else(|| "-".into())))
+                .entry((ns, m.scope.as_deref().unwrap_or("-")))
                 .or_default();
             entry.0 += 1;
             if m.verdict == Some(Status::False) {
@@ -160,8 +170,8 @@ fn failure_domains(clusters: &BTreeMap<String, ClusterReport>) -> Vec<FailureDom
     fds.into_iter()
         .map(
             |((namespace, name), (machines, failing))| FailureDomainReport {
-                namespace,
-                name,
+                namespace: namespace.to_string(),
+                name: name.to_string(),
                 machines,
                 failing,
                 failure_ratio: if machines == 0 {

@@ -39,16 +39,31 @@ pub enum TargetProblem {
 pub struct Target {
     pub machine: Arc<MachineView>,
     pub created: Option<Timestamp>,
-    pub instance_id: Option<String>,
-    /// CAPC's `status.instanceState` and when it last changed (anchor after a restart).
-    pub csm_state: Option<String>,
-    pub csm_state_since: Option<Timestamp>,
+    /// The CloudStackMachine it was joined to (shared with the watch store, not copied).
+    pub csm: Option<Arc<CloudStackMachineRecord>>,
     pub endpoint: Option<Arc<EndpointRef>>,
     pub problem: Option<TargetProblem>,
     pub mhc_covered: bool,
     pub cluster_paused: bool,
     /// Our condition as currently published on the Machine.
-    pub current: Option<ConditionState>,
+    pub current: Option<Arc<ConditionState>>,
+}
+
+impl Target {
+    /// The VM's id (`spec.instanceID`), once CAPC deployed it.
+    pub fn instance_id(&self) -> Option<&String> {
+        self.csm.as_ref()?.instance_id.as_ref()
+    }
+
+    /// CAPC's `status.instanceState` (an anchor after a restart).
+    pub fn csm_state(&self) -> Option<&String> {
+        self.csm.as_ref()?.instance_state.as_ref()
+    }
+
+    /// When CAPC last changed `status.instanceState`.
+    pub fn csm_state_since(&self) -> Option<Timestamp> {
+        self.csm.as_ref()?.instance_state_since
+    }
 }
 
 /// Everything the watches hold, as records.
@@ -150,10 +165,10 @@ impl<'a> FailureDomains<'a> {
 /// controller keeps its targets between cycles and joins only the Machines a watch changed
 /// ([`super::joins`]); this is the whole join, for a (re)list and for `check`-like callers.
 pub fn build(objects: &Objects<'_>, namespaces: &[String]) -> Vec<Target> {
-    let csm_by_name: HashMap<(&str, &str), &CloudStackMachineRecord> = objects
+    let csm_by_name: HashMap<(&str, &str), &Arc<CloudStackMachineRecord>> = objects
         .cloudstack_machines
         .iter()
-        .map(|c| ((c.namespace.as_str(), c.name.as_str()), &**c))
+        .map(|c| ((c.namespace.as_str(), c.name.as_str()), c))
         .collect();
     let joiner = Joiner::new(
         objects.failure_domains,
@@ -224,7 +239,7 @@ impl<'a> Joiner<'a> {
     pub(super) fn target(
         &self,
         record: &MachineRecord,
-        csm: Option<&CloudStackMachineRecord>,
+        csm: Option<&Arc<CloudStackMachineRecord>>,
     ) -> Option<Target> {
         let view = &record.view;
         if !view.is_cloudstack()
@@ -235,9 +250,7 @@ impl<'a> Joiner<'a> {
         let cluster_key = (view.namespace.as_str(), view.cluster_name.as_str());
         let mut t = Target {
             created: record.created,
-            instance_id: None,
-            csm_state: None,
-            csm_state_since: None,
+            csm: None,
             endpoint: None,
             problem: None,
             mhc_covered: self
@@ -258,9 +271,7 @@ impl<'a> Joiner<'a> {
             ));
             return Some(t);
         };
-        t.instance_id = csm.instance_id.clone();
-        t.csm_state = csm.instance_state.clone();
-        t.csm_state_since = csm.instance_state_since;
+        t.csm = Some(csm.clone());
         let fd_name = csm.failure_domain_name.as_deref().unwrap_or_default();
         match self
             .failure_domains
@@ -269,10 +280,10 @@ impl<'a> Joiner<'a> {
             Ok(endpoint) => t.endpoint = Some(endpoint),
             // Not deployed yet: CAPC picks the failure domain and the VM together, so a missing
             // one is no credentials problem until there is an instance to judge.
-            Err(_) if t.instance_id.is_none() => {}
+            Err(_) if csm.instance_id.is_none() => {}
             Err(missing) => t.problem = Some(TargetProblem::NoFailureDomain(missing)),
         }
-        if t.instance_id.is_none() && t.problem.is_none() {
+        if csm.instance_id.is_none() && t.problem.is_none() {
             t.problem = Some(TargetProblem::NoInstanceId);
         }
         Some(t)
@@ -380,9 +391,9 @@ mod tests {
         assert_eq!(t.len(), 1);
         let t = &t[0];
         assert_eq!(t.problem, None);
-        assert_eq!(t.instance_id.as_deref(), Some("abc-1"));
+        assert_eq!(t.instance_id().map(String::as_str), Some("abc-1"));
         assert!(t.mhc_covered && t.cluster_paused);
-        assert_eq!(t.csm_state.as_deref(), Some("Running"));
+        assert_eq!(t.csm_state().map(String::as_str), Some("Running"));
         let e = t.endpoint.as_ref().unwrap();
         assert_eq!(
             (e.secret_namespace.as_str(), e.secret_name.as_str()),

@@ -60,7 +60,8 @@ fn cluster_label(m: &Meta) -> Option<String> {
 pub struct MachineRecord {
     pub view: Arc<MachineView>,
     pub created: Option<Timestamp>,
-    pub current: Option<ConditionState>,
+    /// Shared with the targets joined from this record.
+    pub current: Option<Arc<ConditionState>>,
 }
 
 impl MachineRecord {
@@ -70,7 +71,7 @@ impl MachineRecord {
             ConditionLayout::V1Beta1WithV1Beta2Conditions => &m.status.v1beta2.conditions,
         };
         Some(Self {
-            current: conditions::find(conditions, &reader.condition_type),
+            current: conditions::find(conditions, &reader.condition_type).map(Arc::new),
             created: time(&m.metadata.creation_timestamp),
             view: Arc::new(MachineView::from_view(&m)?),
         })

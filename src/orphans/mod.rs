@@ -32,11 +32,13 @@
 //! before `grace` has passed since the VM was first seen owned by nothing.
 
 use std::cell::OnceCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 
 use crate::cloudstack::model::VmState;
+use crate::k8s::watched::CloudStackMachineRecord;
 use crate::scope::ListedVm;
 use crate::status::{OrphanKind, OrphanReport};
 
@@ -44,60 +46,13 @@ use crate::status::{OrphanKind, OrphanReport};
 /// shows up within minutes at most), unless a VM it left behind is still suspect.
 pub const MEMORY: SignedDuration = SignedDuration::from_hours(1);
 
-/// One CloudStackMachine as the watch shows it this cycle.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MachineSighting {
-    pub namespace: String,
-    pub name: String,
-    /// Its `cluster.x-k8s.io/cluster-name` label.
-    pub cluster: Option<String>,
-    /// The scope its failure domain is polled through, when that is known.
-    pub scope: Option<String>,
-    pub instance_id: Option<String>,
-    pub deleting: bool,
-    /// Marked `delete-for-move` by clusterctl.
-    pub moving: bool,
-}
-
-/// One CloudStackMachine as the watch shows it this cycle, borrowed from the watch cache: a
-/// cycle copies nothing of the thousands it sees; what is remembered is copied when it changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One CloudStackMachine as the watch shows it this cycle — its record, shared with the watch
+/// store (a cycle copies nothing of the thousands it sees, and what is remembered is the
+/// record itself) — and the scope its failure domain is polled through, when that is known.
+#[derive(Debug, Clone, Copy)]
 pub struct SightingRef<'a> {
-    pub namespace: &'a str,
-    pub name: &'a str,
-    pub cluster: Option<&'a str>,
+    pub machine: &'a Arc<CloudStackMachineRecord>,
     pub scope: Option<&'a str>,
-    pub instance_id: Option<&'a str>,
-    pub deleting: bool,
-    pub moving: bool,
-}
-
-impl MachineSighting {
-    pub fn borrowed(&self) -> SightingRef<'_> {
-        SightingRef {
-            namespace: &self.namespace,
-            name: &self.name,
-            cluster: self.cluster.as_deref(),
-            scope: self.scope.as_deref(),
-            instance_id: self.instance_id.as_deref(),
-            deleting: self.deleting,
-            moving: self.moving,
-        }
-    }
-}
-
-impl SightingRef<'_> {
-    pub fn to_sighting(self) -> MachineSighting {
-        MachineSighting {
-            namespace: self.namespace.to_string(),
-            name: self.name.to_string(),
-            cluster: self.cluster.map(str::to_string),
-            scope: self.scope.map(str::to_string),
-            instance_id: self.instance_id.map(str::to_string),
-            deleting: self.deleting,
-            moving: self.moving,
-        }
-    }
 }
 
 /// One Cluster as the watch shows it this cycle.
@@ -117,9 +72,13 @@ pub struct ScopeListing<'a> {
     pub vms: Option<&'a [ListedVm]>,
 }
 
+/// A CloudStackMachine remembered: as last seen, and since when it is gone.
 #[derive(Debug, Clone)]
 struct Owner {
-    last: MachineSighting,
+    last: Arc<CloudStackMachineRecord>,
+    /// The scope last known for it (one shared copy per scope: a scope key is long, and
+    /// thousands of CloudStackMachines share a few).
+    scope: Option<Arc<str>>,
     gone_since: Option<Timestamp>,
 }
 
@@ -139,7 +98,8 @@ enum Ownership {
     NotOurs,
     /// Owned by nothing: which CloudStackMachine it belonged to, and how.
     Unowned {
-        owner: (String, String),
+        /// `namespace/name` of the CloudStackMachine.
+        owner: String,
         kind: OrphanKind,
         why: String,
     },
@@ -149,8 +109,11 @@ enum Ownership {
 #[derive(Debug, Clone)]
 pub struct OrphanFinder {
     grace: SignedDuration,
-    owners: HashMap<(String, String), Owner>,
+    /// By `namespace/name`.
+    owners: HashMap<String, Owner>,
     clusters: HashMap<(String, String), ClusterMemory>,
+    /// The scope keys remembered CloudStackMachines use, one copy each.
+    scopes: HashSet<Arc<str>>,
     /// VM id → what is known of it as an orphan; reported once `grace` has passed.
     suspects: BTreeMap<String, OrphanReport>,
 }
@@ -161,6 +124,7 @@ impl OrphanFinder {
             grace,
             owners: HashMap::new(),
             clusters: HashMap::new(),
+            scopes: HashSet::new(),
             suspects: BTreeMap::new(),
         }
     }
@@ -193,7 +157,7 @@ impl OrphanFinder {
         self.owners
             .values()
             .filter(|o| o.gone_since.is_some())
-            .filter_map(|o| o.last.scope.as_deref())
+            .filter_map(|o| o.scope.as_deref())
             .chain(self.suspects.values().map(|s| s.scope.as_str()))
             .collect()
     }
@@ -253,7 +217,7 @@ impl OrphanFinder {
             };
             let cluster = self.owners.get(&owner).and_then(|o| {
                 o.last
-                    .cluster
+                    .cluster_name
                     .as_ref()
                     .map(|c| format!("{}/{c}", o.last.namespace))
             });
@@ -266,7 +230,7 @@ impl OrphanFinder {
                     vm_state: String::new(),
                     scope: scope.to_string(),
                     cluster: None,
-                    cloudstack_machine: format!("{}/{}", owner.0, owner.1),
+                    cloudstack_machine: owner.clone(),
                     kind,
                     since: now,
                     reported_at: None,
@@ -292,12 +256,12 @@ impl OrphanFinder {
         clusters: &[ClusterSighting],
         now: Timestamp,
     ) {
-        // This cycle's by (namespace, name); the remembered ones are updated in place (most
-        // cycles nothing changed: compare rather than copy), the rest are new.
+        // This cycle's by (namespace, name); the remembered ones are updated in place (a record
+        // is shared, so most cycles nothing is copied), the rest are new.
         let index: HashMap<(&str, &str), usize> = machines
             .iter()
             .enumerate()
-            .map(|(i, m)| ((m.namespace, m.name), i))
+            .map(|(i, m)| ((m.machine.namespace.as_str(), m.machine.name.as_str()), i))
             .collect();
         let mut matched = vec![false; machines.len()];
         for o in self.owners.values_mut() {
@@ -308,21 +272,21 @@ impl OrphanFinder {
             matched[i] = true;
             o.gone_since = None;
             let m = machines[i];
-            if o.last.borrowed() == m || (m.scope.is_none() && same_but_scope(&o.last, m)) {
-                continue;
+            if !Arc::ptr_eq(&o.last, m.machine) {
+                o.last = m.machine.clone();
             }
             // A known scope is not forgotten because the failure domain went away first.
-            let scope = m.scope.map(str::to_string).or_else(|| o.last.scope.take());
-            o.last = MachineSighting {
-                scope,
-                ..m.to_sighting()
-            };
+            if let Some(scope) = m.scope.filter(|s| o.scope.as_deref() != Some(*s)) {
+                o.scope = Some(shared(&mut self.scopes, scope));
+            }
         }
         for (m, _) in machines.iter().zip(&matched).filter(|(_, seen)| !**seen) {
+            let c = m.machine;
             self.owners.insert(
-                (m.namespace.to_string(), m.name.to_string()),
+                format!("{}/{}", c.namespace, c.name),
                 Owner {
-                    last: m.to_sighting(),
+                    last: c.clone(),
+                    scope: m.scope.map(|s| shared(&mut self.scopes, s)),
                     gone_since: None,
                 },
             );
@@ -360,14 +324,16 @@ impl OrphanFinder {
             .values()
             .filter_map(|s| s.cloudstack_machine.split_once('/'))
             .collect();
-        self.owners.retain(|(ns, name), o| {
+        self.owners.retain(|_, o| {
             o.gone_since.is_none_or(|t| now.duration_since(t) < MEMORY)
-                || suspected.contains(&(ns.as_str(), name.as_str()))
+                || suspected.contains(&(o.last.namespace.as_str(), o.last.name.as_str()))
         });
+        // A scope key no remembered CloudStackMachine holds any more.
+        self.scopes.retain(|s| Arc::strong_count(s) > 1);
         let clusters_in_use: BTreeSet<(&str, &str)> = self
             .owners
             .values()
-            .filter_map(|o| Some((o.last.namespace.as_str(), o.last.cluster.as_deref()?)))
+            .filter_map(|o| Some((o.last.namespace.as_str(), o.last.cluster_name.as_deref()?)))
             .collect();
         self.clusters.retain(|(ns, name), c| {
             c.gone_since.is_none_or(|t| now.duration_since(t) < MEMORY)
@@ -385,7 +351,7 @@ impl OrphanFinder {
     fn owners_by_name(&self) -> HashMap<(&str, &str), Vec<&Owner>> {
         let mut by_name: HashMap<(&str, &str), Vec<&Owner>> = HashMap::new();
         for o in self.owners.values() {
-            if let Some(scope) = o.last.scope.as_deref() {
+            if let Some(scope) = o.scope.as_deref() {
                 by_name
                     .entry((scope, o.last.name.as_str()))
                     .or_default()
@@ -404,7 +370,7 @@ impl OrphanFinder {
         if o.last.moving {
             return true;
         }
-        let Some(cluster) = o.last.cluster.as_ref() else {
+        let Some(cluster) = o.last.cluster_name.as_ref() else {
             return false;
         };
         match self
@@ -423,7 +389,7 @@ impl OrphanFinder {
         by_id: &HashMap<&str, &Owner>,
         by_name: &OnceCell<HashMap<(&'s str, &'s str), Vec<&'s Owner>>>,
     ) -> Ownership {
-        let key = |o: &Owner| (o.last.namespace.clone(), o.last.name.clone());
+        let key = |o: &Owner| format!("{}/{}", o.last.namespace, o.last.name);
         let shown = |o: &Owner| format!("{}/{}", o.last.namespace, o.last.name);
         if let Some(o) = by_id.get(vm.id.as_str()) {
             return match o.gone_since {
@@ -485,14 +451,14 @@ impl OrphanFinder {
     }
 }
 
-/// `known` and `now` agree on all but the scope (which `now` does not know).
-fn same_but_scope(known: &MachineSighting, now: SightingRef<'_>) -> bool {
-    known.namespace == now.namespace
-        && known.name == now.name
-        && known.cluster.as_deref() == now.cluster
-        && known.instance_id.as_deref() == now.instance_id
-        && known.deleting == now.deleting
-        && known.moving == now.moving
+/// The one copy of scope key `s` in `scopes`.
+fn shared(scopes: &mut HashSet<Arc<str>>, s: &str) -> Arc<str> {
+    if let Some(known) = scopes.get(s) {
+        return known.clone();
+    }
+    let s: Arc<str> = s.into();
+    scopes.insert(s.clone());
+    s
 }
 
 /// Which of two findings about one VM (listed in two scopes) stands: owned, then unowned.

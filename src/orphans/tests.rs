@@ -7,15 +7,40 @@ fn at(mins: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + mins * 60).unwrap()
 }
 
+/// A CloudStackMachine as the watch shows it, in scope [`SCOPE`].
+#[derive(Debug, Clone)]
+struct MachineSighting {
+    machine: Arc<CloudStackMachineRecord>,
+    scope: Option<&'static str>,
+}
+
+impl MachineSighting {
+    fn borrowed(&self) -> SightingRef<'_> {
+        SightingRef {
+            machine: &self.machine,
+            scope: self.scope,
+        }
+    }
+
+    fn record(&mut self) -> &mut CloudStackMachineRecord {
+        Arc::make_mut(&mut self.machine)
+    }
+}
+
 fn csm(name: &str, instance: Option<&str>) -> MachineSighting {
     MachineSighting {
-        namespace: "ns".into(),
-        name: name.into(),
-        cluster: Some("c1".into()),
-        scope: Some(SCOPE.into()),
-        instance_id: instance.map(str::to_string),
-        deleting: false,
-        moving: false,
+        machine: Arc::new(CloudStackMachineRecord {
+            namespace: "ns".into(),
+            name: name.into(),
+            instance_id: instance.map(str::to_string),
+            failure_domain_name: Some("fd1".into()),
+            instance_state: None,
+            instance_state_since: None,
+            cluster_name: Some("c1".into()),
+            deleting: false,
+            moving: false,
+        }),
+        scope: Some(SCOPE),
     }
 }
 
@@ -141,7 +166,7 @@ fn a_vm_deployed_for_a_machine_deleted_before_recording_it_is_found_by_name() {
 #[test]
 fn machines_being_created_or_deleted_own_their_vms() {
     let mut deleting = csm("w-3", Some("vm-c"));
-    deleting.deleting = true;
+    deleting.record().deleting = true;
     let cycles = minutes(
         40,
         |_| vec![csm("w-2", None), deleting.clone()],
@@ -256,7 +281,7 @@ fn a_reported_orphan_clears_once_destroyed_and_only_when_listed() {
 #[test]
 fn a_clusterctl_move_leaves_nothing_behind() {
     let mut marked = csm("w-1", Some("vm-a"));
-    marked.moving = true;
+    marked.record().moving = true;
     // (a) the CloudStackMachine carried delete-for-move when last seen.
     let (_, reported) = run(&minutes(
         30,

@@ -123,8 +123,9 @@ pub struct MachineReport {
     /// Why an escalation is held or pending (a `k8s::escalation::hold` reason and detail).
     pub escalation_detail: Option<String>,
     pub mhc_covered: bool,
-    /// Scope key the VM is polled in.
-    pub scope: Option<String>,
+    /// Scope key the VM is polled in (one shared copy per scope: the key is long, and
+    /// thousands of Machines share a few).
+    pub scope: Option<std::sync::Arc<str>>,
     /// Console URL for a `False` Machine; reserved: console links are not implemented yet, always `None`.
     pub console_url: Option<String>,
     /// This cycle's condition write failed: what it could not write and why. The verdict

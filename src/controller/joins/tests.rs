@@ -243,17 +243,7 @@ impl Lists {
 
     /// The whole join, as the first cycle makes it.
     fn joined_whole(&self) -> Vec<String> {
-        let machines = self.machines();
-        let targets = targets::build(
-            &Objects {
-                machines: &machines,
-                cloudstack_machines: &self.cloudstack_machines(),
-                failure_domains: &self.failure_domains(),
-                clusters: &self.clusters(),
-                health_checks: &self.health_checks(),
-            },
-            &[],
-        );
+        let targets = whole_join(self, &[]);
         let mut out: Vec<String> = targets.iter().map(|t| format!("{t:?}")).collect();
         out.sort();
         out
@@ -332,7 +322,7 @@ fn only_what_changed_is_joined_again() {
         .map(|(a, b)| !Arc::ptr_eq(a, b))
         .collect();
     assert_eq!(rejoined, [false, true, false]);
-    assert_eq!(next[1].instance_id, None);
+    assert_eq!(next[1].instance_id(), None);
     assert!(matches!(
         next[1].problem,
         Some(targets::TargetProblem::NoInstanceId)
