@@ -10,6 +10,8 @@
 //!   by `verdict::probe`, bounded by a per-scope budget.
 //! - [`orphans`]: remnants — VMs no CloudStackMachine owns, found from the watches and the
 //!   listings (pure).
+//! - [`remnants`]: management-side remnants — objects stuck deleting, or whose owner or
+//!   Cluster is gone — found from their metadata (pure; not wired into `run` yet).
 //! - [`check`]: the one-shot `capc-health-shim check` command (client + engine, no Kubernetes).
 //! - [`k8s`]: the Kubernetes side's pure rules (Machine views, escalation, Lease hold).
 //! - [`controller`]: `capc-health-shim run`, the cycle in named phases and its Kubernetes I/O.
@@ -30,6 +32,7 @@ pub mod k8s;
 pub mod metrics;
 pub mod orphans;
 pub mod probe;
+pub mod remnants;
 pub mod scope;
 pub mod status;
 
