@@ -283,7 +283,12 @@ fn the_memory_holds_only_what_dangles_now() {
     let ms = object("MachineSet", "ms");
     let machine = owned_by(object("Machine", "m-1"), &ms);
     let mut f = RemnantFinder::new(DEFAULT_GRACE);
-    f.observe(std::slice::from_ref(&machine), &watched(), &HashMap::new(), at(0));
+    f.observe(
+        std::slice::from_ref(&machine),
+        &watched(),
+        &HashMap::new(),
+        at(0),
+    );
     assert_eq!(f.dangling_since.len(), 2, "owner and Cluster missing");
     f.observe(&[], &watched(), &HashMap::new(), at(1));
     assert!(f.dangling_since.is_empty());
