@@ -11,7 +11,8 @@
 //! - [`orphans`]: remnants — VMs no CloudStackMachine owns, found from the watches and the
 //!   listings (pure).
 //! - [`remnants`]: management-side remnants — objects stuck deleting, or whose owner or
-//!   Cluster is gone — found from their metadata (pure; not wired into `run` yet).
+//!   Cluster is gone — found from their metadata (pure; the controller's metadata watches
+//!   feed it).
 //! - [`check`]: the one-shot `capc-health-shim check` command (client + engine, no Kubernetes).
 //! - [`k8s`]: the Kubernetes side's pure rules (Machine views, escalation, Lease hold).
 //! - [`controller`]: `capc-health-shim run`, the cycle in named phases and its Kubernetes I/O.

@@ -6,39 +6,13 @@
 
 mod kube_support;
 
-use capc_health_shim::status::board::StatusBoard;
 use std::time::{Duration, Instant};
 
 use capc_health_shim::controller::cycle::Controller;
-use capc_health_shim::status::{OrphanKind, StatusReport};
+use capc_health_shim::status::OrphanKind;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams};
-use kube_support::{is, kube_client, Fixture};
-use std::sync::Arc;
-
-/// Cycles until `done` holds for `/status` (deadline).
-async fn cycle_until_report(
-    controller: &mut Controller,
-    report: &Arc<StatusBoard>,
-    deadline: Duration,
-    done: impl Fn(&StatusReport) -> bool,
-) -> StatusReport {
-    let until = Instant::now() + deadline;
-    loop {
-        controller.cycle(jiff::Timestamp::now()).await;
-        let r = report.read().await.clone();
-        if done(&r) {
-            return r;
-        }
-        assert!(
-            Instant::now() < until,
-            "not reached within {deadline:?}: orphans {:#?}, detection {:?}",
-            r.orphans,
-            r.orphan_detection
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
+use kube_support::{cycle_until_report, is, kube_client, Fixture};
 
 async fn delete(f: &Fixture, r: &kube::core::ApiResource, name: &str) {
     let api: Api<kube::core::DynamicObject> = Api::namespaced_with(f.client.clone(), &f.ns, r);
@@ -92,9 +66,18 @@ async fn vms_left_by_gone_cloudstack_machines_are_reported_and_clear_when_destro
         delete(&f, &f.resources.machine, name).await;
     }
     let gone_at = jiff::Timestamp::now();
-    let r = cycle_until_report(&mut controller, &report, Duration::from_secs(60), |r| {
-        r.orphans.len() >= 2
-    })
+    let r = cycle_until_report(
+        &mut controller,
+        &report,
+        Duration::from_secs(60),
+        |r| r.orphans.len() >= 2,
+        |r| {
+            format!(
+                "orphans {:#?}, detection {:?}",
+                r.orphans, r.orphan_detection
+            )
+        },
+    )
     .await;
     let ids = |name: &str| f.vm_ids[name].to_ascii_lowercase();
     let mut found: Vec<(String, OrphanKind, String)> = r
@@ -164,9 +147,18 @@ async fn vms_left_by_gone_cloudstack_machines_are_reported_and_clear_when_destro
         let idx = w.vm_index_by_id(&f.vm_ids["vm-let-go"]).expect("vm");
         w.destroy_vm_now(idx, true);
     });
-    let r = cycle_until_report(&mut controller, &report, Duration::from_secs(30), |r| {
-        r.orphans.len() == 1
-    })
+    let r = cycle_until_report(
+        &mut controller,
+        &report,
+        Duration::from_secs(30),
+        |r| r.orphans.len() == 1,
+        |r| {
+            format!(
+                "orphans {:#?}, detection {:?}",
+                r.orphans, r.orphan_detection
+            )
+        },
+    )
     .await;
     assert_ne!(r.orphans[0].vm_id, let_go);
     let metrics = controller_metrics(&controller);

@@ -7,6 +7,8 @@
 
 mod kube_support;
 
+use capc_health_shim::controller::remnants::{discover_remnant_kinds, MetadataWatches};
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -246,7 +248,16 @@ async fn works_with_only_the_deploy_role(grant: Grant) {
             other => panic!("a cluster-wide list must be forbidden here: {other:?}"),
         }
     }
-    let (mut controller, _) = f.controller_as(sa_client.clone(), &[]).await;
+    let (controller, report) = f.controller_as(sa_client.clone(), &[]).await;
+    // The remnant report's metadata watches of every kind a CAPC cluster is made of: the
+    // role grants them all (get/list/watch only).
+    let kinds = discover_remnant_kinds(&sa_client).await;
+    assert_eq!(kinds.len(), 13, "discovery as the ServiceAccount");
+    let mut controller = controller.with_remnant_report(MetadataWatches::start(
+        &sa_client,
+        kinds,
+        std::slice::from_ref(&f.ns),
+    ));
     let annotate = f.choice.mode == Mode::Annotate;
     let state = f
         .cycle_until(
@@ -261,6 +272,19 @@ async fn works_with_only_the_deploy_role(grant: Grant) {
         )
         .await;
     assert!(!state["m-ok"].1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let d = report.read().await.remnant_detection.clone();
+        if d.kinds.len() == 13 && d.kinds_not_synced.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the remnant watches sync under the deploy role: {d:?}"
+        );
+        controller.cycle(jiff::Timestamp::now()).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &f.ns);
     assert!(events
         .list(&Default::default())

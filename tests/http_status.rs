@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use capc_health_shim::http::{self, HttpState};
 use capc_health_shim::metrics::Metrics;
+use capc_health_shim::remnants::{Remnant, RemnantReason};
 use capc_health_shim::status::{
     ClusterReport, FailureDomainReport, MachineReport, OrphanDetectionReport, OrphanKind,
-    OrphanReport, ProbeCounts, ProbeReport, ScopeReport, StatusReport,
+    OrphanReport, ProbeCounts, ProbeReport, RemnantDetectionReport, ScopeReport, StatusReport,
 };
 use capc_health_shim::verdict::Status;
 use capi_model::apis::{ApiChoice, ConditionLayout, Mode};
@@ -196,6 +197,26 @@ fn report() -> StatusReport {
             grace_seconds: 900.0,
             suspects: 0,
             remembered_machines: 5,
+        },
+        remnants: vec![Remnant {
+            group: "cluster.x-k8s.io".into(),
+            kind: "MachineSet".into(),
+            namespace: "prod".into(),
+            name: "prod-md-0-7f9c".into(),
+            cluster: Some("prod/prod".into()),
+            since: ts("2026-11-30T10:05:00Z"),
+            reason: RemnantReason::OwnerGone,
+            why: "its controller owner MachineDeployment prod-md-0 is gone".into(),
+            blocking_finalizers: vec![],
+            related_vm: None,
+        }],
+        remnant_detection: RemnantDetectionReport {
+            enabled: true,
+            grace_seconds: 900.0,
+            kinds: vec!["MachineDeployment".into(), "MachineSet".into()],
+            kinds_not_synced: vec![],
+            objects: 9,
+            suspects: 0,
         },
     }
 }

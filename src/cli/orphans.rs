@@ -1,6 +1,8 @@
 //! `capc-health-shim orphans --url URL`: a running shim's orphan report as a table, with the
-//! CloudMonkey commands an operator could run to remove each VM. It prints them; it never
-//! runs them (the shim's CloudStack role cannot destroy anything anyway).
+//! CloudMonkey commands an operator could run to remove each VM, then its remnant report (the
+//! objects of CAPC clusters left behind on the management side), with what holds each and
+//! the `kubectl` commands to inspect it. It prints them; it never runs them (the shim's
+//! CloudStack role cannot destroy anything, its RBAC cannot delete or patch those objects).
 
 use std::fmt::Write as _;
 
@@ -8,6 +10,7 @@ use clap::Args;
 
 use crate::cli::status::{cell, table, time, ShimConnection};
 use crate::cli::OutputFormat;
+use crate::remnants::{commands, Remnant};
 use crate::status::{OrphanReport, StatusReport};
 
 #[derive(Debug, Clone, Args)]
@@ -86,8 +89,98 @@ pub fn render_table(r: &StatusReport) -> String {
     out
 }
 
-/// The human view of `capc-health-shim orphans`: the table, then per orphan why and the
-/// commands.
+/// A Kubernetes name or namespace (a DNS subdomain): anything else is not put in a command
+/// line an operator may paste.
+fn safe_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+}
+
+const REMNANT_HEADERS: [&str; 7] = [
+    "CLUSTER",
+    "KIND",
+    "NAMESPACE/NAME",
+    "REASON",
+    "SINCE",
+    "BLOCKING FINALIZERS",
+    "VM",
+];
+
+/// The remnants section of `capc-health-shim status`.
+pub fn render_remnants_table(r: &StatusReport) -> String {
+    let d = &r.remnant_detection;
+    if !d.enabled {
+        return "remnant report: off\n".to_string();
+    }
+    let mut out = format!(
+        "remnants: {} reported, {} within their {} s grace ({} objects of {} kinds watched)\n",
+        r.remnants.len(),
+        d.suspects,
+        d.grace_seconds,
+        d.objects,
+        d.kinds.len()
+    );
+    if !d.kinds_not_synced.is_empty() {
+        let _ = writeln!(
+            out,
+            "not judged (watch not synced: not yet, or RBAC refuses it): {}",
+            cell(&d.kinds_not_synced.join(", "))
+        );
+    }
+    let rows: Vec<Vec<String>> = r
+        .remnants
+        .iter()
+        .map(|x| {
+            vec![
+                cell(x.cluster.as_deref().unwrap_or("-")),
+                cell(&x.kind),
+                cell(&format!("{}/{}", x.namespace, x.name)),
+                x.reason.as_str().to_string(),
+                time(Some(x.since)),
+                cell(&x.blocking_finalizers.join(",")).replace(' ', ""),
+                cell(x.related_vm.as_deref().unwrap_or("-")),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        out.push_str(&table(&REMNANT_HEADERS, &rows));
+    }
+    out
+}
+
+/// Per remnant: what holds it and the commands (the finalizer removal with its warning).
+fn render_remnant_commands(remnants: &[Remnant], out: &mut String) {
+    for x in remnants {
+        let _ = writeln!(
+            out,
+            "\n# {} {}/{}: {}",
+            cell(&x.kind),
+            cell(&x.namespace),
+            cell(&x.name),
+            cell(&x.why)
+        );
+        if !(safe_name(&x.namespace) && safe_name(&x.name)) {
+            out.push_str("# (its name is not a Kubernetes name; no command printed)\n");
+            continue;
+        }
+        for c in commands(x) {
+            if let Some(w) = &c.warning {
+                let _ = writeln!(out, "# {}", cell(w));
+            }
+            let _ = writeln!(out, "{}", c.line);
+        }
+    }
+    if !remnants.is_empty() {
+        out.push_str(
+            "\nThe shim never runs these. Remove a finalizer only when what it waits for is \
+             gone or done by hand.\n",
+        );
+    }
+}
+
+/// The human view of `capc-health-shim orphans`: the orphans' table, then per orphan why and
+/// the commands; then the remnants likewise.
 pub fn render_human(r: &StatusReport) -> String {
     let mut out = render_table(r);
     for o in &r.orphans {
@@ -110,6 +203,9 @@ pub fn render_human(r: &StatusReport) -> String {
              CloudStackMachine this shim has seen.\n",
         );
     }
+    out.push('\n');
+    out.push_str(&render_remnants_table(r));
+    render_remnant_commands(&r.remnants, &mut out);
     out
 }
 
@@ -131,7 +227,8 @@ pub async fn main(args: OrphansArgs) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{OrphanDetectionReport, OrphanKind};
+    use crate::remnants::RemnantReason;
+    use crate::status::{OrphanDetectionReport, OrphanKind, RemnantDetectionReport};
 
     fn orphan(id: &str) -> OrphanReport {
         OrphanReport {
@@ -197,7 +294,65 @@ mod tests {
         );
         assert_eq!(
             render_human(&report(vec![])),
-            "orphan VMs: 0 reported, 1 within their 900 s grace\n"
+            "orphan VMs: 0 reported, 1 within their 900 s grace\n\nremnant report: off\n"
         );
+    }
+
+    fn remnant(name: &str, reason: RemnantReason, why: &str) -> Remnant {
+        Remnant {
+            group: "infrastructure.cluster.x-k8s.io".into(),
+            kind: "CloudStackMachine".into(),
+            namespace: "team-a".into(),
+            name: name.into(),
+            cluster: Some("team-a/c1".into()),
+            since: "2026-12-01T10:00:00Z".parse().unwrap(),
+            reason,
+            why: why.into(),
+            blocking_finalizers: vec!["cloudstackmachine.infrastructure.cluster.x-k8s.io".into()],
+            related_vm: Some("5d1c8f54".into()),
+        }
+    }
+
+    #[test]
+    fn each_remnant_gets_its_row_what_holds_it_and_the_commands_never_run() {
+        let mut r = report(vec![]);
+        r.remnant_detection = RemnantDetectionReport {
+            enabled: true,
+            grace_seconds: 900.0,
+            kinds: vec!["CloudStackMachine".into()],
+            kinds_not_synced: vec!["KubeadmConfig".into()],
+            objects: 12,
+            suspects: 0,
+        };
+        r.remnants = vec![
+            remnant(
+                "w-1",
+                RemnantReason::StuckDeleting,
+                "deleting, held by finalizer(s) cloudstackmachine.infrastructure.cluster.x-k8s.io; CloudStack shows VM 5d1c8f54 Error",
+            ),
+            remnant("w-2;rm", RemnantReason::OwnerGone, "its controller owner Machine w-2 is gone"),
+        ];
+        let out = render_human(&r);
+        assert!(
+            out.contains(
+                "remnants: 2 reported, 0 within their 900 s grace (12 objects of 1 kinds watched)"
+            ),
+            "{out}"
+        );
+        assert!(out
+            .contains("not judged (watch not synced: not yet, or RBAC refuses it): KubeadmConfig"));
+        assert!(out.contains("stuck-deleting") && out.contains("owner-gone"));
+        assert!(out.contains(
+            "kubectl -n team-a get cloudstackmachine.infrastructure.cluster.x-k8s.io w-1 -o yaml"
+        ));
+        // Nothing else to wait for: the finalizer removal, with what it skips.
+        assert!(out.contains("kubectl -n team-a patch cloudstackmachine.infrastructure.cluster.x-k8s.io w-1 --type=merge"));
+        assert!(out.contains("# last resort — removing the finalizers skips"));
+        assert!(out.contains("CAPC will not destroy the VM"));
+        // A name that is no Kubernetes name is never put in a command.
+        assert!(out.contains("its name is not a Kubernetes name; no command printed"));
+        assert!(!out.contains("w-2;rm -o yaml"));
+        assert!(out.contains("The shim never runs these."));
+        assert!(crate::cli::status::render_human(&r).contains("remnants: 2 reported"));
     }
 }

@@ -308,6 +308,7 @@ pub fn render_human(r: &StatusReport) -> String {
     }
     out.push('\n');
     out.push_str(&crate::cli::orphans::render_table(r));
+    out.push_str(&crate::cli::orphans::render_remnants_table(r));
     out
 }
 

@@ -156,6 +156,15 @@ pub struct RunArgs {
     /// Do not look for orphan VMs (the scope listings are then not kept between phases).
     #[arg(long, env = "CAPC_HEALTH_NO_ORPHAN_REPORT")]
     pub no_orphan_report: bool,
+    /// How long an object of a CAPC cluster must be stuck deleting (finalizers still on it) or
+    /// dangling (its controller owner or its Cluster gone) before it is reported as a remnant
+    /// (`/status`, a metric, one Warning Event; never deleted or patched). See docs/orphans.md.
+    #[arg(long, env = "CAPC_HEALTH_REMNANT_GRACE", default_value = "15m", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(24 * 7)))]
+    pub remnant_grace: SignedDuration,
+    /// Do not look for remnants (no metadata watches of the other CAPI, CABPK, KCP and CAPC
+    /// kinds).
+    #[arg(long, env = "CAPC_HEALTH_NO_REMNANT_REPORT")]
+    pub no_remnant_report: bool,
     /// Never read a workload cluster's `<cluster>-kubeconfig` Secret: turns off the
     /// NodeNotLinked guard's Node lookup, so a Node-less Machine whose VM joined but was not
     /// linked by CAPI is judged on CloudStack's evidence alone (docs/configuration.md). For

@@ -4,10 +4,12 @@
 //! 2. [poll](super::poll): one CloudStack listing per scope into the VM histories; then
 //!    [probing](super::probing): the opt-in guest probe collects answers and starts due
 //!    probes (it also steps between cycles); then [orphans](super::orphans): the listings and
-//!    the watched CloudStackMachines into the orphan report.
+//!    the watched CloudStackMachines into the orphan report (and what the listings say of
+//!    deleting CloudStackMachines' VMs into the [remnant](super::remnants) report).
 //! 3. [decide](super::decide): the one decision pipeline (`verdict::decide`), with the
 //!    NodeNotLinked lookup between its passes.
-//! 4. [act](super::act): one Event per newly reported orphan, condition writes with their
+//! 4. [act](super::act): one Event per newly reported orphan and remnant (the remnant
+//!    finder runs here, over the metadata watches), condition writes with their
 //!    Events, the remediate annotation — handed to the [writer](super::writer) task, which
 //!    sends each behind the leader Lease and its own timeout.
 //! 5. [report](super::report): `/status` and the verdict gauges.
@@ -58,6 +60,9 @@ pub struct Controller {
     pub(super) probing: super::probing::Probing,
     /// The orphan report (off with `--no-orphan-report`).
     pub(super) orphans: Option<crate::orphans::OrphanFinder>,
+    /// The remnant report (on with [`Controller::with_remnant_report`]; `run` turns it on
+    /// unless `--no-remnant-report`).
+    pub(super) remnants: Option<super::remnants::RemnantReport>,
     /// The writer task (started on the first write).
     pub(super) writer: Option<super::writer::Writer>,
     /// Writes handed to the writer and not finished.
@@ -136,6 +141,7 @@ impl Controller {
             targets: Default::default(),
             probing: Default::default(),
             orphans,
+            remnants: None,
             writer: None,
             pending: Default::default(),
             write_errors: HashMap::new(),
@@ -179,9 +185,11 @@ impl Controller {
             // answers that came in since the last step count in this cycle's decisions.
             self.note_probe_facts(&gathered);
             self.probe_step(now).await;
+            self.note_remnant_vms(&gathered);
             let new_orphans = self.find_orphans(&gathered, now);
             let decided = self.decide(&gathered, now, &mut summary).await;
             self.announce_orphans(&new_orphans, &mut summary);
+            self.find_remnants(now, &mut summary);
             let acted = self.act(&gathered, &decided, now, &mut summary).await;
             self.report(&gathered, &decided, acted, &summary, now).await;
             summary

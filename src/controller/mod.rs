@@ -11,6 +11,8 @@
 //! - [`leadership`]: the Lease confirmed before every write.
 //! - [`writer`]: the task that sends every write behind a bounded queue, so a slow API
 //!   server never holds up a poll.
+//! - [`orphans`] and [`remnants`]: the VM-orphan and management-side remnant reports in the
+//!   cycle (decided in [`crate::orphans`] and [`crate::remnants`]).
 //! - [`kube_io`]: discovery, watches and the writes to the API server (their typed errors are
 //!   [`crate::k8s::kube_error`]).
 
@@ -26,6 +28,7 @@ pub mod leadership;
 pub mod orphans;
 pub mod poll;
 pub mod probing;
+pub mod remnants;
 pub mod report;
 pub mod run;
 pub mod targets;

@@ -53,6 +53,7 @@ impl Controller {
         self.metrics.set_verdict_counts(&verdict_counts(&clusters));
         let failure_domains = failure_domains(&clusters);
         let (orphans, orphan_detection) = self.orphan_report();
+        let (remnants, remnant_detection) = self.remnant_report();
         let mut r = StatusReport {
             generated_at: Some(now),
             api: Some(self.api.clone()),
@@ -68,6 +69,8 @@ impl Controller {
             probe: self.probe_report(),
             orphans,
             orphan_detection,
+            remnants,
+            remnant_detection,
             ..Default::default()
         };
         // Series of scopes that are gone (past their retention) and of deleted Clusters go too.

@@ -208,6 +208,18 @@ pub async fn main(args: RunArgs) -> u8 {
         },
         &args.namespaces,
     );
+    // The remnant report's metadata watches: they sync in the background and do not hold up
+    // readiness (a kind RBAC refuses stays out of the report, named in /status).
+    let remnant_watches = if args.no_remnant_report {
+        None
+    } else {
+        let kinds = super::remnants::discover_remnant_kinds(&client).await;
+        Some(super::remnants::MetadataWatches::start(
+            &client,
+            kinds,
+            &args.namespaces,
+        ))
+    };
     if !stores.wait_until_ready(Duration::from_secs(120)).await {
         set_problem(&report, "watches did not sync within 120s".into()).await;
         tracing::error!("watches did not sync within 120s");
@@ -289,6 +301,9 @@ pub async fn main(args: RunArgs) -> u8 {
     )
     .leading_by(gate.clone())
     .detached_writes();
+    if let Some(watches) = remnant_watches {
+        controller = controller.with_remnant_report(watches);
+    }
     let interval = Duration::try_from(args.poll_interval).unwrap_or(Duration::from_secs(30));
     let mut code = exit::STOPPED;
     let mut last_discovery = std::time::Instant::now();

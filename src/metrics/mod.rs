@@ -90,6 +90,13 @@ pub struct OrphanLabels {
     pub scope: String,
 }
 
+/// Remnants: their Cluster (`namespace/name`, empty when unlabelled) and their kind.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct RemnantLabels {
+    pub cluster: String,
+    pub kind: String,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
@@ -150,6 +157,10 @@ pub struct Metrics {
     orphan_vms: Family<OrphanLabels, Gauge>,
     /// Label sets `orphan_vms` has been set for, so vanished ones drop to 0.
     orphans_seen: Mutex<BTreeSet<OrphanLabels>>,
+    remnant_objects: Family<RemnantLabels, Gauge>,
+    /// Label sets `remnant_objects` has now (a remnant's Cluster is often gone: its series
+    /// goes when the remnant does, not with the Cluster).
+    remnants_seen: Mutex<BTreeSet<RemnantLabels>>,
     /// Scopes the per-scope families have a label set for, so that a scope's series go when
     /// the scope does ([`Metrics::forget_gone`]): clusters and scopes come and go for weeks.
     scopes_seen: Mutex<BTreeSet<String>>,
@@ -274,6 +285,12 @@ impl Metrics {
             "CloudStack VMs reported as owned by no CloudStackMachine (never deleted by the shim)",
             orphan_vms.clone(),
         );
+        let remnant_objects = Family::<RemnantLabels, Gauge>::default();
+        registry.register(
+            "remnant_objects",
+            "Objects of CAPC clusters left behind: stuck deleting, or their owner or Cluster gone (never deleted or patched by the shim)",
+            remnant_objects.clone(),
+        );
         Self {
             registry,
             verdicts,
@@ -297,6 +314,8 @@ impl Metrics {
             probe_refused,
             orphan_vms,
             orphans_seen: Mutex::new(BTreeSet::new()),
+            remnant_objects,
+            remnants_seen: Mutex::new(BTreeSet::new()),
             scopes_seen: Mutex::new(BTreeSet::new()),
         }
     }
@@ -323,6 +342,28 @@ impl Metrics {
         }
         for (labels, n) in counts {
             self.orphan_vms.get_or_create(&labels).set(n);
+            seen.insert(labels);
+        }
+    }
+
+    /// Sets `capc_health_remnant_objects` to the remnants per cluster and kind; label sets
+    /// that have none now are removed.
+    pub fn set_remnants(&self, remnants: &[crate::remnants::Remnant]) {
+        let mut counts: BTreeMap<RemnantLabels, i64> = BTreeMap::new();
+        for r in remnants {
+            let labels = RemnantLabels {
+                cluster: r.cluster.clone().unwrap_or_default(),
+                kind: r.kind.clone(),
+            };
+            *counts.entry(labels).or_default() += 1;
+        }
+        let mut seen = lock(&self.remnants_seen);
+        for labels in seen.iter().filter(|l| !counts.contains_key(*l)) {
+            self.remnant_objects.remove(labels);
+        }
+        seen.clear();
+        for (labels, n) in counts {
+            self.remnant_objects.get_or_create(&labels).set(n);
             seen.insert(labels);
         }
     }

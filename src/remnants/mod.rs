@@ -19,6 +19,7 @@
 //! Finalizer names, from the sources: CAPC v0.6.1 `api/v1beta3/*_types.go`, CAPI v1.9.6
 //! `api/v1beta1` and `controlplane/kubeadm/api/v1beta1`.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use jiff::{SignedDuration, Timestamp};
@@ -64,17 +65,28 @@ pub struct VmFacts {
     pub last_error: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
 pub enum RemnantReason {
     StuckDeleting,
     OwnerGone,
     ClusterGone,
 }
 
-/// One object left behind.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+impl RemnantReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::StuckDeleting => "stuck-deleting",
+            Self::OwnerGone => "owner-gone",
+            Self::ClusterGone => "cluster-gone",
+        }
+    }
+}
+
+/// One object left behind (a `/status` `remnants[]` entry).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Remnant {
     pub group: String,
     pub kind: String,
@@ -89,6 +101,7 @@ pub struct Remnant {
     pub why: String,
     pub blocking_finalizers: Vec<String>,
     /// The CloudStack VM of a CloudStackMachine.
+    #[serde(default)]
     pub related_vm: Option<String>,
 }
 
@@ -111,25 +124,36 @@ impl RemnantFinder {
         }
     }
 
+    /// How long an object must be stuck or dangling before it is reported.
+    pub fn grace(&self) -> SignedDuration {
+        self.grace
+    }
+
+    /// Objects seen dangling and still within the grace.
+    pub fn suspects(&self) -> usize {
+        self.dangling_since.len()
+    }
+
     /// One cycle over every object the watches show now. `watched`: the kinds watched (an
-    /// owner of another kind is never called gone); `vms`: CloudStack's facts by the uid of
-    /// a CloudStackMachine.
-    pub fn observe(
+    /// owner of another kind is never called gone); `vms`: CloudStack's facts of a
+    /// CloudStackMachine's VM by the CloudStackMachine's `namespace/name`.
+    pub fn observe<O: Borrow<ObjectRecord>>(
         &mut self,
-        objects: &[ObjectRecord],
+        objects: &[O],
         watched: &HashSet<&str>,
         vms: &HashMap<String, VmFacts>,
         now: Timestamp,
     ) -> Vec<Remnant> {
+        let objects: Vec<&ObjectRecord> = objects.iter().map(Borrow::borrow).collect();
         let present: HashSet<&str> = objects.iter().map(|o| o.uid.as_str()).collect();
         let clusters: HashMap<(&str, &str), &ObjectRecord> = objects
             .iter()
             .filter(|o| o.kind == "Cluster")
-            .map(|o| ((o.namespace.as_str(), o.name.as_str()), o))
+            .map(|o| ((o.namespace.as_str(), o.name.as_str()), *o))
             .collect();
         let mut children: HashMap<&str, Vec<&ObjectRecord>> = HashMap::new();
         let mut members: HashMap<(&str, &str), Vec<&ObjectRecord>> = HashMap::new();
-        for o in objects {
+        for &o in &objects {
             if let Some(c) = &o.controller {
                 children.entry(c.uid.as_str()).or_default().push(o);
             }
@@ -142,7 +166,7 @@ impl RemnantFinder {
         }
         let mut still_dangling = HashSet::new();
         let mut out = Vec::new();
-        for o in objects.iter().filter(|o| !o.moving) {
+        for &o in objects.iter().filter(|o| !o.moving) {
             let cluster = if o.kind == "Cluster" {
                 Some(o)
             } else {
@@ -167,7 +191,7 @@ impl RemnantFinder {
                 held_by.sort_by_key(|c| (&c.kind, &c.name));
                 held_by.dedup_by_key(|c| &c.uid);
                 let vm = (o.kind == "CloudStackMachine")
-                    .then(|| vms.get(&o.uid))
+                    .then(|| vms.get(&format!("{}/{}", o.namespace, o.name)))
                     .flatten();
                 out.push(self.remnant(
                     o,

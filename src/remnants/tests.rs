@@ -80,7 +80,7 @@ fn a_cloudstack_machine_whose_destroy_keeps_failing_is_stuck_deleting_after_the_
         "cloudstackmachine.infrastructure.cluster.x-k8s.io",
     );
     let vms = HashMap::from([(
-        csm.uid.clone(),
+        format!("{}/{}", csm.namespace, csm.name),
         VmFacts {
             vm_id: "vm-a".into(),
             state: Some("Running".into()),
@@ -290,6 +290,6 @@ fn the_memory_holds_only_what_dangles_now() {
         at(0),
     );
     assert_eq!(f.dangling_since.len(), 2, "owner and Cluster missing");
-    f.observe(&[], &watched(), &HashMap::new(), at(1));
+    f.observe::<ObjectRecord>(&[], &watched(), &HashMap::new(), at(1));
     assert!(f.dangling_since.is_empty());
 }

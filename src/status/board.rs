@@ -241,10 +241,10 @@ impl ViewCache {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatusQuery {
-    /// `namespace/name` of one Cluster: its Machines and orphans only.
+    /// `namespace/name` of one Cluster: its Machines, orphans and remnants only.
     pub cluster: Option<String>,
     /// Only what needs a look: Machines not `True` (or whose write failed, or whose
-    /// escalation is held, pending or done), scopes in trouble, problems, orphans.
+    /// escalation is held, pending or done), scopes in trouble, problems, orphans, remnants.
     #[serde(default)]
     pub problems: bool,
 }
@@ -303,6 +303,8 @@ pub struct StatusView<'a> {
     pub probe: Option<&'a super::ProbeReport>,
     pub orphans: Vec<&'a super::OrphanReport>,
     pub orphan_detection: &'a super::OrphanDetectionReport,
+    pub remnants: Vec<&'a crate::remnants::Remnant>,
+    pub remnant_detection: &'a super::RemnantDetectionReport,
 }
 
 /// One cluster of a [`StatusView`].
@@ -356,6 +358,12 @@ pub fn view<'a>(r: &'a StatusReport, q: &StatusQuery) -> Result<StatusView<'a>, 
             .filter(|o| q.cluster.is_none() || o.cluster == q.cluster)
             .collect(),
         orphan_detection: &r.orphan_detection,
+        remnants: r
+            .remnants
+            .iter()
+            .filter(|o| q.cluster.is_none() || o.cluster == q.cluster)
+            .collect(),
+        remnant_detection: &r.remnant_detection,
     })
 }
 

@@ -39,6 +39,28 @@ pub struct StatusReport {
     pub orphans: Vec<OrphanReport>,
     #[serde(default)]
     pub orphan_detection: OrphanDetectionReport,
+    /// Objects of CAPC clusters left behind (stuck deleting, or their owner or Cluster gone):
+    /// reported, never deleted or patched.
+    #[serde(default)]
+    pub remnants: Vec<crate::remnants::Remnant>,
+    #[serde(default)]
+    pub remnant_detection: RemnantDetectionReport,
+}
+
+/// What `/status` says of the remnant report itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RemnantDetectionReport {
+    pub enabled: bool,
+    pub grace_seconds: f64,
+    /// The kinds whose metadata watch has synced: only these are judged.
+    pub kinds: Vec<String>,
+    /// Served kinds whose watch has not synced (not yet, or RBAC refuses the list).
+    pub kinds_not_synced: Vec<String>,
+    /// Objects of those kinds seen at the last cycle.
+    pub objects: usize,
+    /// Objects seen dangling, still within the grace.
+    pub suspects: usize,
 }
 
 /// How a VM came to be owned by nothing.

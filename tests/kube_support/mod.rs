@@ -614,3 +614,28 @@ pub fn https_accepting_self_signed(timeout: Duration) -> reqwest::Client {
         .build()
         .expect("HTTPS client")
 }
+
+/// Cycles until `done` holds for `/status` (deadline); on failure the panic shows `what` of
+/// the last report.
+pub async fn cycle_until_report(
+    controller: &mut Controller,
+    report: &Arc<StatusBoard>,
+    deadline: Duration,
+    done: impl Fn(&capc_health_shim::status::StatusReport) -> bool,
+    what: impl Fn(&capc_health_shim::status::StatusReport) -> String,
+) -> capc_health_shim::status::StatusReport {
+    let until = Instant::now() + deadline;
+    loop {
+        controller.cycle(jiff::Timestamp::now()).await;
+        let r = report.read().await.clone();
+        if done(&r) {
+            return r;
+        }
+        assert!(
+            Instant::now() < until,
+            "not reached within {deadline:?}: {}",
+            what(&r)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

@@ -1,0 +1,487 @@
+//! The remnant report in the cycle ([`crate::remnants`] decides): metadata-only watches of the
+//! kinds a CAPC cluster is made of (those the API server serves), what the scope listings say
+//! of deleting CloudStackMachines' VMs, the finder after the decisions, one Warning Event per
+//! new remnant (through the writer), and what `/status` and the gauge show.
+//!
+//! The watches read metadata only (`PartialObjectMeta`: no spec, no status, no Secret): a
+//! kind is judged once its watch has synced; one that is not served, or that RBAC does not
+//! let the shim list, is left out, and an owner of that kind is never called gone.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Client;
+
+use super::cycle::{Controller, CycleSummary};
+use super::gather::Gathered;
+use super::writer::{EventNote, Job};
+use crate::remnants::{ObjectRecord, OwnerRef, Remnant, RemnantFinder, VmFacts};
+use crate::status::RemnantDetectionReport;
+use capi_model::well_known::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE, PAUSED};
+
+/// The reason of the Event a remnant gets.
+pub const REMNANT_EVENT_REASON: &str = "ObjectLeftBehind";
+
+/// The kinds a CAPC cluster is made of, by API group (CAPI, CABPK, KCP, CAPC): the plural is
+/// how discovery names each.
+pub const REMNANT_KINDS: &[(&str, &[&str])] = &[
+    (
+        "cluster.x-k8s.io",
+        &[
+            "Cluster",
+            "Machine",
+            "MachineSet",
+            "MachineDeployment",
+            "MachineHealthCheck",
+        ],
+    ),
+    ("bootstrap.cluster.x-k8s.io", &["KubeadmConfig"]),
+    ("controlplane.cluster.x-k8s.io", &["KubeadmControlPlane"]),
+    (
+        "infrastructure.cluster.x-k8s.io",
+        &[
+            "CloudStackCluster",
+            "CloudStackMachine",
+            "CloudStackMachineTemplate",
+            "CloudStackFailureDomain",
+            "CloudStackAffinityGroup",
+            "CloudStackIsolatedNetwork",
+        ],
+    ),
+];
+
+/// The served resources of [`REMNANT_KINDS`], each at its group's preferred version; a group
+/// or kind that is not served is simply absent.
+pub async fn discover_remnant_kinds(client: &Client) -> Vec<ApiResource> {
+    let mut out = Vec::new();
+    for (group, kinds) in REMNANT_KINDS {
+        let Ok(g) = kube::discovery::group(client, group).await else {
+            continue;
+        };
+        for (ar, _) in g.recommended_resources() {
+            if kinds.contains(&ar.kind.as_str()) {
+                out.push(ar);
+            }
+        }
+    }
+    out
+}
+
+/// The object's metadata as the finder reads it (pure).
+pub fn object_record(ar: &ApiResource, m: ObjectMeta) -> Option<ObjectRecord> {
+    let name = m.name?;
+    let annotations = m.annotations.unwrap_or_default();
+    Some(ObjectRecord {
+        group: ar.group.clone(),
+        kind: ar.kind.clone(),
+        namespace: m.namespace.unwrap_or_default(),
+        name,
+        uid: m.uid.unwrap_or_default(),
+        deleting_since: m.deletion_timestamp.map(|t| t.0),
+        finalizers: m.finalizers.unwrap_or_default(),
+        controller: m
+            .owner_references
+            .unwrap_or_default()
+            .into_iter()
+            .find(|r| r.controller == Some(true))
+            .map(|r| OwnerRef {
+                kind: r.kind,
+                name: r.name,
+                uid: r.uid,
+            }),
+        cluster: m
+            .labels
+            .unwrap_or_default()
+            .remove(CLUSTER_NAME_LABEL)
+            .filter(|c| !c.is_empty()),
+        paused: annotations.contains_key(PAUSED),
+        moving: annotations.contains_key(DELETE_FOR_MOVE),
+    })
+}
+
+/// One kind's metadata watches (one per namespace of `--namespace`, or one for all).
+struct KindWatch {
+    resource: ApiResource,
+    stores: Vec<(Store<ObjectRecord>, Arc<AtomicBool>)>,
+}
+
+impl KindWatch {
+    fn synced(&self) -> bool {
+        self.stores
+            .iter()
+            .all(|(_, ready)| ready.load(Ordering::Relaxed))
+    }
+}
+
+/// The metadata-only watches of the remnant report.
+pub struct MetadataWatches {
+    kinds: Vec<KindWatch>,
+}
+
+impl MetadataWatches {
+    /// Starts one metadata watch per resource (and namespace); they sync in the background.
+    pub fn start(client: &Client, resources: Vec<ApiResource>, namespaces: &[String]) -> Self {
+        let kinds = resources
+            .into_iter()
+            .map(|ar| {
+                let apis: Vec<Api<PartialObjectMeta<DynamicObject>>> = if namespaces.is_empty() {
+                    vec![Api::all_with(client.clone(), &ar)]
+                } else {
+                    namespaces
+                        .iter()
+                        .map(|ns| Api::namespaced_with(client.clone(), ns, &ar))
+                        .collect()
+                };
+                let stores = apis
+                    .into_iter()
+                    .map(|api| watch_metadata(api, ar.clone()))
+                    .collect();
+                KindWatch {
+                    resource: ar,
+                    stores,
+                }
+            })
+            .collect();
+        Self { kinds }
+    }
+
+    /// Every object of the synced kinds, and which kinds those are.
+    fn synced_objects(&self) -> (Vec<Arc<ObjectRecord>>, HashSet<&str>) {
+        let mut objects = Vec::new();
+        let mut kinds = HashSet::new();
+        for k in self.kinds.iter().filter(|k| k.synced()) {
+            kinds.insert(k.resource.kind.as_str());
+            for (store, _) in &k.stores {
+                objects.extend(store.state());
+            }
+        }
+        (objects, kinds)
+    }
+
+    fn api_version(&self, kind: &str) -> Option<&str> {
+        self.kinds
+            .iter()
+            .find(|k| k.resource.kind == kind)
+            .map(|k| k.resource.api_version.as_str())
+    }
+
+    fn unsynced(&self) -> Vec<String> {
+        self.kinds
+            .iter()
+            .filter(|k| !k.synced())
+            .map(|k| k.resource.kind.clone())
+            .collect()
+    }
+}
+
+fn watch_metadata(
+    api: Api<PartialObjectMeta<DynamicObject>>,
+    ar: ApiResource,
+) -> (Store<ObjectRecord>, Arc<AtomicBool>) {
+    let mut writer = reflector::store::Writer::<ObjectRecord>::new(());
+    let reader = writer.as_reader();
+    let ready = Arc::new(AtomicBool::new(false));
+    let synced = ready.clone();
+    let events = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        let mut refused_logged = false;
+        while let Some(event) = events.next().await {
+            use watcher::Event;
+            let read = |o: PartialObjectMeta<DynamicObject>| object_record(&ar, o.metadata);
+            let event = match event {
+                Ok(Event::Apply(o)) => read(o).map(Event::Apply),
+                Ok(Event::Delete(o)) => read(o).map(Event::Delete),
+                Ok(Event::InitApply(o)) => read(o).map(Event::InitApply),
+                Ok(Event::Init) => Some(Event::Init),
+                Ok(Event::InitDone) => {
+                    synced.store(true, Ordering::Relaxed);
+                    Some(Event::InitDone)
+                }
+                Err(e) => {
+                    // A kind RBAC does not grant fails every retry: said once, then quietly.
+                    if !refused_logged {
+                        tracing::warn!(kind = %ar.kind, error = %e, "remnant report: metadata watch error; retrying with back-off (the kind is left out until it syncs)");
+                        refused_logged = true;
+                    }
+                    None
+                }
+            };
+            if let Some(event) = event {
+                writer.apply_watcher_event(&event);
+            }
+        }
+    });
+    (reader, ready)
+}
+
+/// The remnant report's state between cycles.
+pub struct RemnantReport {
+    pub(super) finder: RemnantFinder,
+    pub(super) watches: MetadataWatches,
+    /// What CloudStack said of deleting CloudStackMachines' VMs at the last complete listing,
+    /// by the CloudStackMachine's `namespace/name`.
+    pub(super) vms: HashMap<String, VmFacts>,
+    /// The remnants of the last cycle.
+    pub(super) current: Vec<Remnant>,
+    /// Objects in the last cycle's report (kind, namespace/name, reason): an Event goes out
+    /// when one first appears, not every cycle.
+    pub(super) announced: HashSet<(String, String, crate::remnants::RemnantReason)>,
+    pub(super) objects: usize,
+}
+
+impl RemnantReport {
+    pub fn new(finder: RemnantFinder, watches: MetadataWatches) -> Self {
+        Self {
+            finder,
+            watches,
+            vms: HashMap::new(),
+            current: Vec::new(),
+            announced: HashSet::new(),
+            objects: 0,
+        }
+    }
+}
+
+impl Controller {
+    /// Turns the remnant report on, over `watches`.
+    pub fn with_remnant_report(mut self, watches: MetadataWatches) -> Self {
+        let finder = RemnantFinder::new(self.args.remnant_grace);
+        self.remnants = Some(RemnantReport::new(finder, watches));
+        self
+    }
+
+    /// Right after the poll, while the complete listings are still held: what CloudStack says
+    /// of each deleting CloudStackMachine's VM (state, or no longer listed).
+    pub(super) fn note_remnant_vms(&mut self, g: &Gathered) {
+        let Some(report) = self.remnants.as_mut() else {
+            return;
+        };
+        let mut by_scope: HashMap<&str, HashMap<&str, &str>> = HashMap::new();
+        let mut seen = HashSet::new();
+        for (c, endpoint) in &g.cloudstack_machines {
+            let (true, Some(vm_id)) = (c.deleting, c.instance_id.as_deref()) else {
+                continue;
+            };
+            let key = format!("{}/{}", c.namespace, c.name);
+            seen.insert(key.clone());
+            let Some(scope) = endpoint.as_deref().and_then(|e| g.scope_of.get(e)) else {
+                continue;
+            };
+            let Some(listing) = self.scopes.get(scope).and_then(|s| s.listing.as_deref()) else {
+                continue; // not complete this cycle: what was said before stands
+            };
+            let states = by_scope.entry(scope.as_str()).or_insert_with(|| {
+                listing
+                    .iter()
+                    .map(|v| (v.id.as_str(), v.state.as_str()))
+                    .collect()
+            });
+            let state = states.get(vm_id).map(|s| s.to_string());
+            let facts = report.vms.entry(key).or_insert_with(|| VmFacts {
+                vm_id: vm_id.to_string(),
+                state: None,
+                last_error: None,
+            });
+            facts.state = state;
+        }
+        report.vms.retain(|k, _| seen.contains(k));
+    }
+
+    /// The finder over this cycle's objects; new remnants get their Event.
+    pub(super) fn find_remnants(&mut self, now: Timestamp, summary: &mut CycleSummary) {
+        let Some(report) = self.remnants.as_mut() else {
+            return;
+        };
+        let (mut objects, kinds) = report.watches.synced_objects();
+        // A Cluster's `spec.paused` is not metadata: the Cluster watch knows it.
+        let paused: HashSet<(String, String)> = self
+            .stores
+            .clusters
+            .state()
+            .iter()
+            .filter(|c| c.paused)
+            .map(|c| (c.namespace.clone(), c.name.clone()))
+            .collect();
+        for o in objects.iter_mut() {
+            if o.kind == "Cluster"
+                && !o.paused
+                && paused.contains(&(o.namespace.clone(), o.name.clone()))
+            {
+                Arc::make_mut(o).paused = true;
+            }
+        }
+        let found = report.finder.observe(&objects, &kinds, &report.vms, now);
+        report.objects = objects.len();
+        drop(objects);
+        let key = |r: &Remnant| {
+            (
+                r.kind.clone(),
+                format!("{}/{}", r.namespace, r.name),
+                r.reason,
+            )
+        };
+        let new: Vec<Remnant> = found
+            .iter()
+            .filter(|r| !report.announced.contains(&key(r)))
+            .cloned()
+            .collect();
+        report.announced = found.iter().map(key).collect();
+        report.current = found;
+        for r in &new {
+            tracing::warn!(kind = %r.kind, namespace = %r.namespace, name = %r.name,
+                reason = r.reason.as_str(), why = %r.why,
+                "remnant: an object left behind (reported, never deleted or patched)");
+        }
+        self.announce_remnants(&new, summary);
+    }
+
+    /// One Warning Event per new remnant: on its Cluster when that exists, else on the object.
+    fn announce_remnants(&mut self, new: &[Remnant], summary: &mut CycleSummary) {
+        let Some(report) = self.remnants.as_ref() else {
+            return;
+        };
+        let clusters = self.stores.clusters.state();
+        let mut jobs = Vec::new();
+        for r in new {
+            let cluster = r
+                .cluster
+                .as_deref()
+                .and_then(|c| c.split_once('/'))
+                .and_then(|(ns, name)| {
+                    clusters
+                        .iter()
+                        .find(|c| c.namespace == ns && c.name == name)
+                });
+            let object = ObjectReference {
+                api_version: report.watches.api_version(&r.kind).map(str::to_string),
+                kind: Some(r.kind.clone()),
+                namespace: Some(r.namespace.clone()),
+                name: Some(r.name.clone()),
+                ..Default::default()
+            };
+            let (reference, related) = match cluster {
+                Some(c) if r.kind != "Cluster" => (
+                    ObjectReference {
+                        api_version: Some(self.resources.cluster.api_version.clone()),
+                        kind: Some("Cluster".into()),
+                        namespace: Some(c.namespace.clone()),
+                        name: Some(c.name.clone()),
+                        uid: c.uid.clone(),
+                        ..Default::default()
+                    },
+                    Some(object),
+                ),
+                _ => (object, None),
+            };
+            let note = format!(
+                "{} {}/{} is left behind ({}): {}. The shim never deletes or patches it; \
+                 `capc-health-shim orphans` prints the commands to inspect it.",
+                r.kind,
+                r.namespace,
+                r.name,
+                r.reason.as_str(),
+                r.why
+            );
+            jobs.push(Job::Event {
+                reference: Box::new(reference),
+                related: related.map(Box::new),
+                event: EventNote {
+                    warning: true,
+                    reason: REMNANT_EVENT_REASON.into(),
+                    note,
+                },
+            });
+        }
+        for job in jobs {
+            self.enqueue(job, summary);
+        }
+    }
+
+    /// What `/status` shows of the remnant report, and the gauge by cluster and kind.
+    pub(super) fn remnant_report(&self) -> (Vec<Remnant>, RemnantDetectionReport) {
+        let Some(report) = &self.remnants else {
+            self.metrics.set_remnants(&[]);
+            return (Vec::new(), RemnantDetectionReport::default());
+        };
+        self.metrics.set_remnants(&report.current);
+        let (synced, unsynced): (BTreeSet<String>, Vec<String>) = (
+            report
+                .watches
+                .kinds
+                .iter()
+                .filter(|k| k.synced())
+                .map(|k| k.resource.kind.clone())
+                .collect(),
+            report.watches.unsynced(),
+        );
+        let detection = RemnantDetectionReport {
+            enabled: true,
+            grace_seconds: report.finder.grace().as_secs_f64(),
+            kinds: synced.into_iter().collect(),
+            kinds_not_synced: unsynced,
+            objects: report.objects,
+            suspects: report.finder.suspects(),
+        };
+        (report.current.clone(), detection)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+    use kube::api::GroupVersionKind;
+
+    #[test]
+    fn an_objects_metadata_becomes_its_record() {
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("bootstrap.cluster.x-k8s.io", "v1beta1", "KubeadmConfig"),
+            "kubeadmconfigs",
+        );
+        let owner = |controller| OwnerReference {
+            kind: "Machine".into(),
+            name: "m1".into(),
+            uid: "u-m1".into(),
+            api_version: "cluster.x-k8s.io/v1beta1".into(),
+            controller,
+            ..Default::default()
+        };
+        let at: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        let meta = ObjectMeta {
+            name: Some("k1".into()),
+            namespace: Some("ns".into()),
+            uid: Some("u-k1".into()),
+            deletion_timestamp: Some(Time(at)),
+            finalizers: Some(vec!["f".into()]),
+            owner_references: Some(vec![owner(None), owner(Some(true))]),
+            labels: Some([(CLUSTER_NAME_LABEL.to_string(), "c1".to_string())].into()),
+            annotations: Some([(DELETE_FOR_MOVE.to_string(), String::new())].into()),
+            ..Default::default()
+        };
+        let r = object_record(&ar, meta).unwrap();
+        assert_eq!(
+            (r.kind.as_str(), r.group.as_str(), r.cluster.as_deref()),
+            ("KubeadmConfig", "bootstrap.cluster.x-k8s.io", Some("c1"))
+        );
+        assert_eq!(r.deleting_since, Some(at));
+        assert_eq!(r.controller.map(|c| c.uid), Some("u-m1".to_string()));
+        assert!(r.moving && !r.paused);
+        assert!(object_record(&ar, ObjectMeta::default()).is_none());
+        let empty_label = ObjectMeta {
+            name: Some("k2".into()),
+            labels: Some([(CLUSTER_NAME_LABEL.to_string(), String::new())].into()),
+            ..Default::default()
+        };
+        assert_eq!(object_record(&ar, empty_label).unwrap().cluster, None);
+    }
+}
