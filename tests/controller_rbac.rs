@@ -7,6 +7,7 @@
 
 mod kube_support;
 
+use capc_health_shim::controller::memory::MemoryStore;
 use capc_health_shim::controller::remnants::{discover_remnant_kinds, MetadataWatches};
 
 use std::collections::BTreeMap;
@@ -238,6 +239,8 @@ async fn works_with_only_the_deploy_role(grant: Grant) {
                 .expect("RoleBinding applies");
         }
     }
+    // The memory Role and its binding, in the test namespace as in the install's.
+    let memory_role = memory_role_in(&admin, &f.ns).await;
     let sa_client = service_account_client(&admin, &f.ns).await;
 
     if grant == Grant::InNamespace {
@@ -253,11 +256,14 @@ async fn works_with_only_the_deploy_role(grant: Grant) {
     // role grants them all (get/list/watch only).
     let kinds = discover_remnant_kinds(&sa_client).await;
     assert_eq!(kinds.len(), 13, "discovery as the ServiceAccount");
-    let mut controller = controller.with_remnant_report(MetadataWatches::start(
-        &sa_client,
-        kinds,
-        std::slice::from_ref(&f.ns),
-    ));
+    let mut controller = controller
+        .with_remnant_report(MetadataWatches::start(
+            &sa_client,
+            kinds,
+            std::slice::from_ref(&f.ns),
+        ))
+        .with_memory(MemoryStore::new(&sa_client, &f.ns, &memory_role));
+    controller.restore_memory().await;
     let annotate = f.choice.mode == Mode::Annotate;
     let state = f
         .cycle_until(
@@ -272,6 +278,14 @@ async fn works_with_only_the_deploy_role(grant: Grant) {
         )
         .await;
     assert!(!state["m-ok"].1);
+    // The orphan memory was written to its ConfigMap under the Role.
+    let memory = report.read().await.orphan_detection.memory.clone();
+    let memory = memory.expect("the memory is kept");
+    assert!(
+        memory.written_at.is_some() && memory.last_error.is_none(),
+        "{memory:?}"
+    );
+    assert_eq!(memory.stored_machines, 2, "{memory:?}");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let d = report.read().await.remnant_detection.clone();
@@ -306,6 +320,40 @@ async fn works_with_only_the_deploy_role(grant: Grant) {
     let _ = role_bindings.delete(&name, &DeleteParams::default()).await;
     let _ = roles.delete(&name, &DeleteParams::default()).await;
     f.cleanup().await;
+}
+
+/// deploy/base's Role for the orphan memory and its RoleBinding, created in `ns` (the test's
+/// stand-in for the install's namespace); the ConfigMap name the Role grants.
+async fn memory_role_in(admin: &kube::Client, ns: &str) -> String {
+    let docs = yaml_docs("deploy/base/rbac.yaml");
+    let of_kind = |kind: &str| {
+        docs.iter()
+            .find(|v| v["kind"] == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("a {kind} in deploy/base/rbac.yaml"))
+    };
+    let mut role: Role = serde_json::from_value(of_kind("Role")).expect("Role");
+    role.metadata.namespace = Some(ns.to_string());
+    let name = role.rules.as_ref().expect("rules")[0]
+        .resource_names
+        .as_ref()
+        .expect("the Role grants one ConfigMap by name")[0]
+        .clone();
+    let mut binding: RoleBinding =
+        serde_json::from_value(of_kind("RoleBinding")).expect("RoleBinding");
+    binding.metadata.namespace = Some(ns.to_string());
+    if let Some(subjects) = binding.subjects.as_mut() {
+        subjects[0].namespace = Some(ns.to_string());
+    }
+    Api::<Role>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("Role applies");
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("RoleBinding applies");
+    name
 }
 
 /// A client of the test API server authenticated as the ServiceAccount `capc-health-shim`

@@ -1790,6 +1790,198 @@ async fn restart(esc_fault: Fault) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 3b. A CloudStackMachine deleted while no shim runs: the orphan report's memory.
+
+/// The ConfigMap memory of the orphan report (issue 29): the shim is SIGKILLed after it has
+/// seen m-gone; while no shim runs, m-gone's CloudStackMachine is let go by hand (deleted
+/// without CAPC destroying its VM) with its Machine. A shim started with an empty memory (a
+/// ConfigMap of another name: the control) reports nothing; the shim started with its own
+/// memory reports the VM. Both run with the same pod identity, one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn a_machine_deleted_while_the_shim_was_down_still_has_its_vm_reported() {
+    use capc_health_shim::orphans::memory::decode;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    let client = kube_client().await;
+    let _serial = SERIAL.lock().await;
+    let test = "shim_restart_orphan_memory";
+    let mut row = Row::new(
+        test,
+        "the shim is SIGKILLed after it has seen m-gone; while no shim runs, m-gone's CloudStackMachine is deleted without CAPC destroying its VM (a finalizer removed by hand), and its Machine; then a shim with an empty memory (control), then the shim with its own",
+        "control: no orphan after --orphan-grace + 3 polls; restarted: 2 CloudStackMachines taken back from the ConfigMap, vm-gone reported instance-of-deleted within --orphan-grace + 3 polls of its start",
+    );
+    let secret = sentinel_secret();
+    let f = fixture(
+        client.clone(),
+        &secret,
+        &[
+            ("vm-keep", "healthy", "Starting"),
+            ("vm-gone", "healthy", "Starting"),
+        ],
+    )
+    .await;
+    for (m, vm) in [("m-keep", "vm-keep"), ("m-gone", "vm-gone")] {
+        f.machine(m, Some(vm), false, "fd1").await;
+    }
+    const GRACE: f64 = 5.0;
+    const POLL: f64 = 1.0;
+    let lease_name = format!("shim-{}", f.ns);
+    let args = |memory: &str| -> Vec<String> {
+        [
+            &[
+                "--namespace",
+                &f.ns,
+                "--poll-interval",
+                "1s",
+                "--stats-interval",
+                "1s",
+                "--orphan-grace",
+                "5s",
+            ][..],
+            &["--lease-namespace", &f.ns, "--lease-name", &lease_name],
+            &["--orphan-memory-configmap", memory],
+            &NO_MASS_GUARD,
+        ]
+        .concat()
+        .into_iter()
+        .map(str::to_string)
+        .collect()
+    };
+    let start = |name: &str, memory: &str| {
+        let a = args(memory);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        Shim::start(
+            test,
+            name,
+            &test_support::apiserver::kubeconfig_path(),
+            "shim-memory",
+            &a,
+        )
+    };
+    let mut s1 = start("shim", "capc-health-shim-memory");
+    for m in ["m-keep", "m-gone"] {
+        wait_verdict(&f, m, "True", "VMHealthy", Duration::from_secs(90)).await;
+    }
+    let gone_id = f.vm_ids["vm-gone"].to_ascii_lowercase();
+    let configmaps: Api<ConfigMap> = Api::namespaced(f.client.clone(), &f.ns);
+    let stored = wait_for!(
+        Duration::from_secs(90),
+        "s1 stores m-gone's CloudStackMachine in its memory",
+        {
+            configmaps
+                .get_opt("capc-health-shim-memory")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|cm| cm.binary_data)
+                .and_then(|d| {
+                    d.get(capc_health_shim::controller::memory::DATA_KEY)
+                        .cloned()
+                })
+                .and_then(|b| decode(&b.0).ok())
+                .filter(|m| {
+                    m.machines.iter().any(|e| {
+                        e.name == "m-gone-csm" && e.instance_id.as_deref() == Some(gone_id.as_str())
+                    })
+                })
+        }
+    );
+    row.saw(format!(
+        "s1 stored {} CloudStackMachines in ConfigMap capc-health-shim-memory",
+        stored.machines.len()
+    ));
+    s1.signal("KILL");
+    s1.wait_exit(Duration::from_secs(10)).await;
+    // While no shim runs: the finalizer is gone (the fixture's CloudStackMachines carry none,
+    // as after `kubectl patch … finalizers: null`), so the deletion does not destroy the VM.
+    for (r, name) in [
+        (&f.resources.cloudstack_machine, "m-gone-csm"),
+        (&f.resources.machine, "m-gone"),
+    ] {
+        let api: Api<DynamicObject> = Api::namespaced_with(f.client.clone(), &f.ns, r);
+        api.delete(name, &Default::default()).await.expect("delete");
+    }
+    let mut scraped = Vec::new();
+
+    // The control: a shim with an empty memory, for the grace and three polls past its first
+    // cycle as leader.
+    let mut control = start("control", "capc-health-shim-control-memory");
+    let control_start = Timestamp::now();
+    let first = wait_for!(Duration::from_secs(60), "the control leads and cycles", {
+        control
+            .status()
+            .await
+            .filter(|st| st["leader"] == true && !st["generated_at"].is_null())
+            .and_then(|st| st["generated_at"].as_str()?.parse::<Timestamp>().ok())
+    });
+    let control_status = wait_for!(
+        Duration::from_secs(60),
+        "the control runs past the grace",
+        {
+            control.status().await.filter(|st| {
+                st["generated_at"]
+                    .as_str()
+                    .and_then(|t| t.parse::<Timestamp>().ok())
+                    .is_some_and(|t| between(first, t) >= GRACE + 3.0 * POLL)
+            })
+        }
+    );
+    let control_orphans = control_status["orphans"].as_array().map_or(0, Vec::len);
+    row.saw(format!(
+        "control (empty memory): {control_orphans} orphan(s) {} s after its start",
+        between(control_start, Timestamp::now())
+    ));
+    row.measure("control_orphans", control_orphans as u64);
+    scraped.push(control_status.to_string());
+    control.stop().await;
+    assert_eq!(
+        control_orphans, 0,
+        "a shim without the memory cannot know m-gone-csm: {control_status}"
+    );
+
+    let mut s2 = start("shim", "capc-health-shim-memory");
+    let restarted_at = Timestamp::now();
+    let reported = wait_for!(
+        Duration::from_secs(60),
+        "the restarted shim reports vm-gone",
+        {
+            s2.status().await.filter(|st| {
+                st["orphans"].as_array().is_some_and(|o| {
+                    o.iter().any(|o| {
+                        o["vm_id"] == gone_id.as_str()
+                            && o["kind"] == "instance-of-deleted"
+                            && !o["reported_at"].is_null()
+                    })
+                })
+            })
+        }
+    );
+    let after = between(restarted_at, Timestamp::now());
+    let restored = reported["orphan_detection"]["memory"]["restored"]
+        .as_u64()
+        .unwrap_or(0);
+    row.saw(format!(
+        "restarted shim: {restored} CloudStackMachines taken back; vm-gone reported {after} s after its start"
+    ));
+    row.measure("restored_machines", restored);
+    row.measure("reported_after_restart_seconds", after);
+    assert_eq!(restored, 2, "{}", reported["orphan_detection"]);
+    assert_eq!(reported["orphans"].as_array().map(Vec::len), Some(1));
+    assert!(
+        after <= GRACE + 3.0 * POLL + 15.0,
+        "reported {after} s after the restart"
+    );
+    scraped.push(reported.to_string());
+    if let Some(m) = s2.get("/metrics").await {
+        scraped.push(m.1);
+    }
+    assert_no_leaks(&f, &secret, &[&s1, &control, &s2], &scraped, &mut row).await;
+    s2.stop().await;
+    f.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // 4. A flood of concurrent status writers.
 
 fn tick_time(tick: u64) -> String {

@@ -197,6 +197,7 @@ fn report() -> StatusReport {
             grace_seconds: 900.0,
             suspects: 0,
             remembered_machines: 5,
+            memory: None,
         },
         remnants: vec![Remnant {
             group: "cluster.x-k8s.io".into(),

@@ -83,6 +83,20 @@ pub fn render_table(r: &StatusReport) -> String {
         d.suspects,
         d.grace_seconds
     );
+    if let Some(m) = &d.memory {
+        let _ = writeln!(
+            out,
+            "memory for the next leader: ConfigMap {}, {} CloudStackMachines stored ({} left out), {} restored at start{}",
+            cell(&m.configmap),
+            m.stored_machines,
+            m.dropped,
+            m.restored,
+            m.last_error
+                .as_deref()
+                .map(|e| format!("; last error: {}", cell(e)))
+                .unwrap_or_default()
+        );
+    }
     if !r.orphans.is_empty() {
         out.push_str(&table(&HEADERS, &rows(&r.orphans)));
     }
@@ -253,6 +267,7 @@ mod tests {
                 grace_seconds: 900.0,
                 suspects: 1,
                 remembered_machines: 4,
+                memory: None,
             },
             ..Default::default()
         }

@@ -156,6 +156,11 @@ pub struct RunArgs {
     /// Do not look for orphan VMs (the scope listings are then not kept between phases).
     #[arg(long, env = "CAPC_HEALTH_NO_ORPHAN_REPORT")]
     pub no_orphan_report: bool,
+    /// The ConfigMap, in the shim's own namespace (the Lease's), where the leader keeps what
+    /// the orphan report remembers of CloudStackMachines, so that the next leader reports the
+    /// VM of one deleted while no shim was watching. See docs/orphans.md.
+    #[arg(long, env = "CAPC_HEALTH_ORPHAN_MEMORY_CONFIGMAP", default_value = "capc-health-shim-memory", value_parser = parse_object_name)]
+    pub orphan_memory_configmap: String,
     /// How long an object of a CAPC cluster must be stuck deleting (finalizers still on it) or
     /// dangling (its controller owner or its Cluster gone) before it is reported as a remnant
     /// (`/status`, a metric, one Warning Event; never deleted or patched). See docs/orphans.md.
@@ -197,9 +202,38 @@ pub fn parse_secret_ref(s: &str) -> Result<SecretRef, String> {
         .ok_or_else(|| format!("{s:?}: the Secret must be given as NAMESPACE/NAME"))
 }
 
+/// A Kubernetes object name (a DNS subdomain: lowercase letters, digits, `-` and `.`, at
+/// most 253 characters, starting and ending with a letter or digit).
+pub fn parse_object_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 253
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a Kubernetes object name (lowercase letters, digits, '-' and '.')"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_names_are_checked() {
+        assert_eq!(
+            parse_object_name("capc-health-shim-memory").as_deref(),
+            Ok("capc-health-shim-memory")
+        );
+        for bad in ["", "Memory", "-a", "a-", "a/b", "a_b"] {
+            assert!(parse_object_name(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn lease_leaves_room_for_every_write() {

@@ -63,6 +63,9 @@ pub struct Controller {
     /// The remnant report (on with [`Controller::with_remnant_report`]; `run` turns it on
     /// unless `--no-remnant-report`).
     pub(super) remnants: Option<super::remnants::RemnantReport>,
+    /// Where the orphan finder's memory is kept for the next leader
+    /// ([`Controller::with_memory`]).
+    pub(super) memory: Option<super::memory::MemoryStore>,
     /// The writer task (started on the first write).
     pub(super) writer: Option<super::writer::Writer>,
     /// Writes handed to the writer and not finished.
@@ -142,6 +145,7 @@ impl Controller {
             probing: Default::default(),
             orphans,
             remnants: None,
+            memory: None,
             writer: None,
             pending: Default::default(),
             write_errors: HashMap::new(),
@@ -187,6 +191,7 @@ impl Controller {
             self.probe_step(now).await;
             self.note_remnant_vms(&gathered);
             let new_orphans = self.find_orphans(&gathered, now);
+            self.keep_memory(now).await;
             let decided = self.decide(&gathered, now, &mut summary).await;
             self.announce_orphans(&new_orphans, &mut summary);
             self.find_remnants(now, &mut summary);

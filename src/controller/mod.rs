@@ -25,6 +25,7 @@ pub mod gather;
 pub mod joins;
 pub mod kube_io;
 pub mod leadership;
+pub mod memory;
 pub mod orphans;
 pub mod poll;
 pub mod probing;

@@ -192,6 +192,7 @@ impl Controller {
             grace_seconds: finder.grace().as_secs_f64(),
             suspects: finder.suspects(),
             remembered_machines: finder.remembered(),
+            memory: self.memory_report(),
         };
         (orphans, detection)
     }

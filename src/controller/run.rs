@@ -226,18 +226,18 @@ pub async fn main(args: RunArgs) -> u8 {
         return exit::STARTUP;
     }
 
+    // The shim's own namespace: its Lease and its memory ConfigMap live there.
+    let namespace = args
+        .lease_namespace
+        .clone()
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
+        })
+        .unwrap_or_else(|| "default".to_string());
     // Leader election: only the leader polls and writes.
     let mut lease = None;
     let mut gate = LeaseGate::unelected(to_std(args.kube_timeout));
     if !args.no_leader_election {
-        let namespace = args
-            .lease_namespace
-            .clone()
-            .or_else(|| {
-                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-                    .ok()
-            })
-            .unwrap_or_else(|| "default".to_string());
         let identity = std::env::var("HOSTNAME")
             .unwrap_or_else(|_| format!("capc-health-shim-{}", uuid::Uuid::new_v4()));
         gate = LeaseGate::leading(
@@ -304,6 +304,13 @@ pub async fn main(args: RunArgs) -> u8 {
     if let Some(watches) = remnant_watches {
         controller = controller.with_remnant_report(watches);
     }
+    controller = controller.with_memory(super::memory::MemoryStore::new(
+        &client,
+        namespace.trim(),
+        &args.orphan_memory_configmap,
+    ));
+    // What an earlier leader remembered, before the first cycle judges anything.
+    controller.restore_memory().await;
     let interval = Duration::try_from(args.poll_interval).unwrap_or(Duration::from_secs(30));
     let mut code = exit::STOPPED;
     let mut last_discovery = std::time::Instant::now();

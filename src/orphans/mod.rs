@@ -42,6 +42,8 @@ use crate::k8s::watched::CloudStackMachineRecord;
 use crate::scope::ListedVm;
 use crate::status::{OrphanKind, OrphanReport};
 
+pub mod memory;
+
 /// How long a CloudStackMachine is remembered after it disappeared (a VM deployed for it
 /// shows up within minutes at most), unless a VM it left behind is still suspect.
 pub const MEMORY: SignedDuration = SignedDuration::from_hours(1);

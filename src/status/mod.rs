@@ -118,6 +118,27 @@ pub struct OrphanDetectionReport {
     pub suspects: usize,
     /// CloudStackMachines remembered (present, or gone within the memory).
     pub remembered_machines: usize,
+    /// Where that memory is kept for the next leader; `None` when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryReport>,
+}
+
+/// The orphan finder's memory in its ConfigMap.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemoryReport {
+    /// `namespace/name`.
+    pub configmap: String,
+    /// CloudStackMachines taken back from it when this leader began.
+    pub restored: usize,
+    /// CloudStackMachines in the last write, and those left out to fit (the longest gone first).
+    pub stored_machines: usize,
+    pub dropped: usize,
+    /// Compressed size of the last write.
+    pub bytes: usize,
+    pub written_at: Option<Timestamp>,
+    /// The last read or write that failed (the shim goes on without it).
+    pub last_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
