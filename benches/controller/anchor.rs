@@ -67,8 +67,13 @@ pub async fn measure(n: usize, interval_secs: u64) -> Result<AnchorRow> {
     let kube = Kube::connect(&api.kubeconfig).await?;
     // The Machines point at VMs nobody asks for here: CAPI core never calls CloudStack.
     let ids: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
-    kube.populate("https://127.0.0.1:9/client/api", &ids, FleetKind::Steady)
-        .await?;
+    kube.populate(
+        "https://127.0.0.1:9/client/api",
+        &ids,
+        FleetKind::Steady,
+        false,
+    )
+    .await?;
     std::fs::create_dir_all(report::DIR)?;
     let ready_file = api.dir.join("capi-core-ready");
     let _ = std::fs::remove_file(&ready_file);

@@ -27,6 +27,8 @@ pub const NAMESPACE: &str = "bench";
 pub const CONDITION: &str = "CloudStackVMHealthy";
 /// Clusters the Machines are spread over (round robin).
 pub const CLUSTERS: usize = 10;
+/// The owner uid of the anchor's Machines (a MachineSet that does not exist).
+const ABSENT_OWNER_UID: &str = "6a2b7a5e-1a62-4d2f-9d84-0d8c7a1f0b11";
 /// Objects created concurrently during set-up.
 const CREATE_CONCURRENCY: usize = 24;
 
@@ -121,7 +123,8 @@ impl Kube {
         })
     }
 
-    async fn create(&self, r: &ApiResource, body: Value) -> Result<()> {
+    /// Creates the object (one that exists already is kept); its uid.
+    async fn create(&self, r: &ApiResource, body: Value) -> Result<String> {
         let api: Api<DynamicObject> = if r.kind == "Namespace" {
             Api::all_with(self.client.clone(), r)
         } else {
@@ -131,8 +134,11 @@ impl Kube {
         let mut attempt = 0;
         loop {
             match api.create(&PostParams::default(), &obj).await {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+                Ok(o) => return Ok(o.metadata.uid.unwrap_or_default()),
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    let name = obj.metadata.name.as_deref().unwrap_or_default();
+                    return Ok(api.get(name).await?.metadata.uid.unwrap_or_default());
+                }
                 Err(e) if attempt < 5 => {
                     attempt += 1;
                     eprintln!("  create {} retry {attempt}: {e}", r.kind);
@@ -145,8 +151,18 @@ impl Kube {
 
     /// Namespace, endpoint Secret, per cluster the Cluster, failure domain and MHC, then the
     /// Machines + CloudStackMachines (Machine `i` → VM `ids[i]`), [`CREATE_CONCURRENCY`] in
-    /// flight.
-    pub async fn populate(&self, api_url: &str, ids: &[String], kind: FleetKind) -> Result<()> {
+    /// flight. With `owners` (the shim's rows), also what CAPI makes around them — per cluster
+    /// the MachineSet that owns its Machines, per Machine its KubeadmConfig — so that the remnant
+    /// report watches as many objects as in a real fleet and finds every owner present;
+    /// without (the CAPI core anchor, whose MachineSet controller would act on a MachineSet),
+    /// the Machines' owner is a MachineSet that does not exist.
+    pub async fn populate(
+        &self,
+        api_url: &str,
+        ids: &[String],
+        kind: FleetKind,
+        owners: bool,
+    ) -> Result<()> {
         let ar = |g: &str, v: &str, k: &str, p: &str| {
             ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), p)
         };
@@ -182,17 +198,59 @@ impl Kube {
             }
             self.create(&r.mhc, mhc).await?;
         }
+        let mut machine_sets = Vec::new();
+        for c in 0..CLUSTERS {
+            machine_sets.push(if owners {
+                self.machine_set(&cluster_name(c)).await?
+            } else {
+                ABSENT_OWNER_UID.to_string()
+            });
+        }
+        let machine_sets = &machine_sets;
         stream::iter(ids.iter().enumerate())
-            .map(|(i, id)| self.machine(i, id, kind))
+            .map(|(i, id)| self.machine(i, id, kind, &machine_sets[i % CLUSTERS], owners))
             .buffer_unordered(CREATE_CONCURRENCY)
             .try_collect::<Vec<()>>()
             .await?;
         Ok(())
     }
 
-    /// Machine `m-<i>` owned by a MachineSet, its CloudStackMachine with instance `id`; in the
-    /// steady fleet the Machine's status names its Node (as CAPI's Machine controller writes it).
-    async fn machine(&self, i: usize, id: &str, kind: FleetKind) -> Result<()> {
+    /// The MachineSet `<cluster>-md-0` (no replicas: nothing in the bench reconciles it); its
+    /// uid.
+    async fn machine_set(&self, cluster: &str) -> Result<String> {
+        let r = &self.resources;
+        let ms = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(&r.machine.group, &r.machine.version, "MachineSet"),
+            "machinesets",
+        );
+        let template_ref = if r.machine.version == "v1beta2" {
+            json!({"apiGroup": r.cloudstack_machine.group, "kind": "CloudStackMachineTemplate", "name": format!("{cluster}-md-0")})
+        } else {
+            json!({"apiVersion": r.cloudstack_machine.api_version, "kind": "CloudStackMachineTemplate", "name": format!("{cluster}-md-0")})
+        };
+        let labels = json!({"cluster.x-k8s.io/cluster-name": cluster, "pool": "md-0"});
+        self.create(&ms, json!({
+            "apiVersion": ms.api_version, "kind": "MachineSet",
+            "metadata": {"name": format!("{cluster}-md-0"), "namespace": NAMESPACE, "labels": labels},
+            "spec": {"clusterName": cluster, "replicas": 0, "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels},
+                    "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": "bootstrap"}, "infrastructureRef": template_ref}}}
+        }))
+        .await
+        .context("MachineSet")
+    }
+
+    /// Machine `m-<i>` owned by MachineSet `owner_uid`, its CloudStackMachine with instance
+    /// `id` (and with `owners` its KubeadmConfig); in the steady fleet the Machine's status
+    /// names its Node (as CAPI's Machine controller writes it).
+    async fn machine(
+        &self,
+        i: usize,
+        id: &str,
+        kind: FleetKind,
+        owner_uid: &str,
+        owners: bool,
+    ) -> Result<()> {
         let name = machine_name(i);
         let cluster = cluster_name(i);
         let r = &self.resources;
@@ -202,14 +260,33 @@ impl Kube {
         } else {
             json!({"apiVersion": csm.api_version, "kind": "CloudStackMachine", "name": format!("{name}-csm")})
         };
-        self.create(&r.machine, json!({
+        let machine_uid = self.create(&r.machine, json!({
             "apiVersion": r.machine.api_version, "kind": "Machine",
             "metadata": {"name": name, "namespace": NAMESPACE,
                 "labels": {"cluster.x-k8s.io/cluster-name": cluster, "pool": "md-0"},
                 "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "MachineSet", "name": format!("{cluster}-md-0"),
-                    "uid": "6a2b7a5e-1a62-4d2f-9d84-0d8c7a1f0b11", "controller": true}]},
+                    "uid": owner_uid, "controller": true}]},
             "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": "bootstrap"}, "infrastructureRef": infra_ref}
         })).await?;
+        if owners {
+            let kc = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(
+                    "bootstrap.cluster.x-k8s.io",
+                    &r.machine.version,
+                    "KubeadmConfig",
+                ),
+                "kubeadmconfigs",
+            );
+            self.create(&kc, json!({
+                "apiVersion": kc.api_version, "kind": "KubeadmConfig",
+                "metadata": {"name": name, "namespace": NAMESPACE,
+                    "labels": {"cluster.x-k8s.io/cluster-name": cluster},
+                    "ownerReferences": [{"apiVersion": r.machine.api_version, "kind": "Machine", "name": name,
+                        "uid": machine_uid, "controller": true}]},
+                "spec": {"format": "cloud-config"}
+            }))
+            .await?;
+        }
         if kind == FleetKind::Steady {
             // v1beta1's nodeRef is an ObjectReference, v1beta2's names the Node only: the API
             // server prunes the fields its version does not have.
@@ -225,7 +302,8 @@ impl Kube {
             "apiVersion": csm.api_version, "kind": "CloudStackMachine",
             "metadata": {"name": format!("{name}-csm"), "namespace": NAMESPACE, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
             "spec": {"offering": {"name": "small"}, "template": {"name": "ubuntu"}, "failureDomainName": "fd1", "instanceID": id}
-        })).await
+        })).await?;
+        Ok(())
     }
 }
 

@@ -158,7 +158,8 @@ async fn setup(
     let api = ApiServer::start(dir).await?;
     let kube = Kube::connect(&api.kubeconfig).await?;
     let (_sim, sim_server, ids) = fleet::simulator(n, stats_interval, account_type).await?;
-    kube.populate(&sim_server.api_url(), &ids, kind).await?;
+    kube.populate(&sim_server.api_url(), &ids, kind, true)
+        .await?;
     let (verdicts, watch) = fleet::watch_verdicts(&kube);
     Ok(Setup {
         kube,
@@ -230,8 +231,8 @@ async fn wait_cycles(
 struct CostRow {
     machines: usize,
     fleet: FleetKind,
-    /// "this" (the build under test), "no-orphans" (the same build with
-    /// `--no-orphan-report`) or "baseline" (`CAPC_BENCH_BASELINE_SHIM`).
+    /// "this" (the build under test), "no-orphans" / "no-remnants" (the same build with
+    /// `--no-orphan-report` / `--no-remnant-report`) or "baseline" (`CAPC_BENCH_BASELINE_SHIM`).
     build: &'static str,
     setup_seconds: f64,
     settle_seconds: f64,
@@ -678,49 +679,21 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
             );
         }
     }
-    let without_orphans: Vec<(&CostRow, &CostRow)> = rows
-        .iter()
-        .filter(|r| r.build == "this")
-        .filter_map(|r| {
-            let b = rows.iter().find(|b| {
-                b.build == "no-orphans" && b.machines == r.machines && b.fleet == r.fleet
-            })?;
-            Some((r, b))
-        })
-        .collect();
-    if !without_orphans.is_empty() {
-        md.push_str(
-            "\nThe orphan report's cost: this build with it (the default) and without it \
-             (`--no-orphan-report`), same binary, same run:\n\n\
-             | Machines | CPU s/cycle with | without | ratio | peak RSS MiB with | without | ratio | steady RSS MiB with | without | ratio |\n\
-             |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-        );
-        for (r, b) in without_orphans {
-            let key = |name: &str| {
-                format!(
-                    "{name}_ratio_with_vs_without_orphans_{}_machines{}",
-                    r.machines,
-                    key_suffix(r.fleet)
-                )
-            };
-            let cpu = ratio(r.cpu_seconds_per_cycle, b.cpu_seconds_per_cycle);
-            let rss = ratio(r.rss_peak_mib, b.rss_peak_mib);
-            let steady = ratio(r.rss_steady_mib, b.rss_steady_mib);
-            v.insert(key("cpu_seconds_per_cycle"), cpu);
-            v.insert(key("rss_mib"), rss);
-            v.insert(key("rss_mib_steady"), steady);
-            let _ = writeln!(
-                md,
-                "| {} | {:.3} | {:.3} | {cpu:.2} | {:.1} | {:.1} | {rss:.2} | {:.1} | {:.1} | {steady:.2} |",
-                r.machines,
-                r.cpu_seconds_per_cycle,
-                b.cpu_seconds_per_cycle,
-                r.rss_peak_mib,
-                b.rss_peak_mib,
-                r.rss_steady_mib,
-                b.rss_steady_mib
-            );
-        }
+    for (without, what, flag, key_word) in [
+        (
+            "no-orphans",
+            "orphan report",
+            "--no-orphan-report",
+            "orphans",
+        ),
+        (
+            "no-remnants",
+            "remnant report",
+            "--no-remnant-report",
+            "remnants",
+        ),
+    ] {
+        with_and_without(rows, without, what, flag, key_word, &mut md, &mut v);
     }
     for fleet in [FleetKind::Steady, FleetKind::Provisioning] {
         let this = |r: &&CostRow| r.build == "this" && r.fleet == fleet;
@@ -844,8 +817,11 @@ async fn run_cost() -> Result<()> {
     let mut builds: Vec<(&'static str, std::path::PathBuf, &[&str])> =
         vec![("this", this.clone(), &[])];
     // The orphan report's cost: the same build without it, at the sizes named (10 000).
-    builds.push(("no-orphans", this, &["--no-orphan-report"]));
+    builds.push(("no-orphans", this.clone(), &["--no-orphan-report"]));
     let orphan_sizes = sizes_from("CAPC_BENCH_ORPHAN_SIZES", &[10_000]);
+    // The remnant report's likewise (`CAPC_BENCH_REMNANT_SIZES`).
+    builds.push(("no-remnants", this, &["--no-remnant-report"]));
+    let remnant_sizes = sizes_from("CAPC_BENCH_REMNANT_SIZES", &[10_000]);
     // The baseline at every size, or at those named (`CAPC_BENCH_BASELINE_SIZES`).
     let every_size: Vec<usize> = steady_sizes
         .iter()
@@ -868,6 +844,7 @@ async fn run_cost() -> Result<()> {
     for (n, fleet, (build, binary, extra)) in runs
         .flat_map(|(n, fleet)| builds.iter().map(move |b| (n, fleet, b)))
         .filter(|(n, _, (build, ..))| *build != "no-orphans" || orphan_sizes.contains(n))
+        .filter(|(n, _, (build, ..))| *build != "no-remnants" || remnant_sizes.contains(n))
         .filter(|(n, _, (build, ..))| *build != "baseline" || baseline_sizes.contains(n))
     {
         let t = Instant::now();
@@ -1269,4 +1246,63 @@ fn main() {
     });
     rt.shutdown_timeout(Duration::from_secs(5));
     std::process::exit(if ok { 0 } else { 1 });
+}
+
+/// The cost of one report: this build with it (the default) and without it (`flag`), same
+/// binary, same run — a table in `md`, ratios in `v`.
+fn with_and_without(
+    rows: &[CostRow],
+    without: &str,
+    what: &str,
+    flag: &str,
+    key_word: &str,
+    md: &mut String,
+    v: &mut std::collections::BTreeMap<String, f64>,
+) {
+    let pairs: Vec<(&CostRow, &CostRow)> = rows
+        .iter()
+        .filter(|r| r.build == "this")
+        .filter_map(|r| {
+            let b = rows
+                .iter()
+                .find(|b| b.build == without && b.machines == r.machines && b.fleet == r.fleet)?;
+            Some((r, b))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    let _ = write!(
+        md,
+        "\nThe {what}'s cost ({key_word} finder and what feeds it): this build with it (the default) and without it \
+         (`{flag}`), same binary, same run:\n\n\
+         | Machines | CPU s/cycle with | without | ratio | peak RSS MiB with | without | ratio | steady RSS MiB with | without | ratio |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (r, b) in pairs {
+        let key = |name: &str| {
+            format!(
+                "{name}_ratio_with_vs_without_{key_word}_{}_machines{}",
+                r.machines,
+                key_suffix(r.fleet)
+            )
+        };
+        let cpu = ratio(r.cpu_seconds_per_cycle, b.cpu_seconds_per_cycle);
+        let rss = ratio(r.rss_peak_mib, b.rss_peak_mib);
+        let steady = ratio(r.rss_steady_mib, b.rss_steady_mib);
+        v.insert(key("cpu_seconds_per_cycle"), cpu);
+        v.insert(key("rss_mib"), rss);
+        v.insert(key("rss_mib_steady"), steady);
+        let _ = writeln!(
+            md,
+            "| {} | {:.3} | {:.3} | {cpu:.2} | {:.1} | {:.1} | {rss:.2} | {:.1} | {:.1} | {steady:.2} |",
+            r.machines,
+            r.cpu_seconds_per_cycle,
+            b.cpu_seconds_per_cycle,
+            r.rss_peak_mib,
+            b.rss_peak_mib,
+            r.rss_steady_mib,
+            b.rss_steady_mib
+        );
+    }
 }

@@ -76,13 +76,14 @@ pub async fn discover_remnant_kinds(client: &Client) -> Vec<ApiResource> {
     out
 }
 
-/// The object's metadata as the finder reads it (pure).
-pub fn object_record(ar: &ApiResource, m: ObjectMeta) -> Option<ObjectRecord> {
+/// The object's metadata as the finder reads it (pure); `group` and `kind` are shared by
+/// every record of the kind.
+pub fn object_record(group: &Arc<str>, kind: &Arc<str>, m: ObjectMeta) -> Option<ObjectRecord> {
     let name = m.name?;
     let annotations = m.annotations.unwrap_or_default();
     Some(ObjectRecord {
-        group: ar.group.clone(),
-        kind: ar.kind.clone(),
+        group: group.clone(),
+        kind: kind.clone(),
         namespace: m.namespace.unwrap_or_default(),
         name,
         uid: m.uid.unwrap_or_default(),
@@ -192,12 +193,14 @@ fn watch_metadata(
     let ready = Arc::new(AtomicBool::new(false));
     let synced = ready.clone();
     let events = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
+    let (group, kind): (Arc<str>, Arc<str>) = (ar.group.as_str().into(), ar.kind.as_str().into());
     tokio::spawn(async move {
         let mut events = std::pin::pin!(events);
         let mut refused_logged = false;
         while let Some(event) = events.next().await {
             use watcher::Event;
-            let read = |o: PartialObjectMeta<DynamicObject>| object_record(&ar, o.metadata);
+            let read =
+                |o: PartialObjectMeta<DynamicObject>| object_record(&group, &kind, o.metadata);
             let event = match event {
                 Ok(Event::Apply(o)) => read(o).map(Event::Apply),
                 Ok(Event::Delete(o)) => read(o).map(Event::Delete),
@@ -313,7 +316,7 @@ impl Controller {
             .map(|c| (c.namespace.clone(), c.name.clone()))
             .collect();
         for o in objects.iter_mut() {
-            if o.kind == "Cluster"
+            if &*o.kind == "Cluster"
                 && !o.paused
                 && paused.contains(&(o.namespace.clone(), o.name.clone()))
             {
@@ -468,20 +471,25 @@ mod tests {
             annotations: Some([(DELETE_FOR_MOVE.to_string(), String::new())].into()),
             ..Default::default()
         };
-        let r = object_record(&ar, meta).unwrap();
+        let (group, kind): (Arc<str>, Arc<str>) =
+            (ar.group.as_str().into(), ar.kind.as_str().into());
+        let r = object_record(&group, &kind, meta).unwrap();
         assert_eq!(
-            (r.kind.as_str(), r.group.as_str(), r.cluster.as_deref()),
+            (&*r.kind, &*r.group, r.cluster.as_deref()),
             ("KubeadmConfig", "bootstrap.cluster.x-k8s.io", Some("c1"))
         );
         assert_eq!(r.deleting_since, Some(at));
         assert_eq!(r.controller.map(|c| c.uid), Some("u-m1".to_string()));
         assert!(r.moving && !r.paused);
-        assert!(object_record(&ar, ObjectMeta::default()).is_none());
+        assert!(object_record(&group, &kind, ObjectMeta::default()).is_none());
         let empty_label = ObjectMeta {
             name: Some("k2".into()),
             labels: Some([(CLUSTER_NAME_LABEL.to_string(), String::new())].into()),
             ..Default::default()
         };
-        assert_eq!(object_record(&ar, empty_label).unwrap().cluster, None);
+        assert_eq!(
+            object_record(&group, &kind, empty_label).unwrap().cluster,
+            None
+        );
     }
 }

@@ -21,6 +21,7 @@
 
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 
@@ -30,9 +31,9 @@ pub const DEFAULT_GRACE: SignedDuration = SignedDuration::from_mins(15);
 /// One object as its metadata-only watch shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectRecord {
-    /// API group, e.g. `cluster.x-k8s.io` (for the commands).
-    pub group: String,
-    pub kind: String,
+    /// API group, e.g. `cluster.x-k8s.io` (for the commands); one copy per kind, shared.
+    pub group: Arc<str>,
+    pub kind: Arc<str>,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -148,7 +149,7 @@ impl RemnantFinder {
         let present: HashSet<&str> = objects.iter().map(|o| o.uid.as_str()).collect();
         let clusters: HashMap<(&str, &str), &ObjectRecord> = objects
             .iter()
-            .filter(|o| o.kind == "Cluster")
+            .filter(|o| &*o.kind == "Cluster")
             .map(|o| ((o.namespace.as_str(), o.name.as_str()), *o))
             .collect();
         let mut children: HashMap<&str, Vec<&ObjectRecord>> = HashMap::new();
@@ -157,7 +158,7 @@ impl RemnantFinder {
             if let Some(c) = &o.controller {
                 children.entry(c.uid.as_str()).or_default().push(o);
             }
-            if let (Some(c), false) = (&o.cluster, o.kind == "Cluster") {
+            if let (Some(c), false) = (&o.cluster, &*o.kind == "Cluster") {
                 members
                     .entry((o.namespace.as_str(), c.as_str()))
                     .or_default()
@@ -167,7 +168,7 @@ impl RemnantFinder {
         let mut still_dangling = HashSet::new();
         let mut out = Vec::new();
         for &o in objects.iter().filter(|o| !o.moving) {
-            let cluster = if o.kind == "Cluster" {
+            let cluster = if &*o.kind == "Cluster" {
                 Some(o)
             } else {
                 o.cluster
@@ -180,7 +181,7 @@ impl RemnantFinder {
                 }
                 let mut held_by: Vec<&ObjectRecord> =
                     children.get(o.uid.as_str()).cloned().unwrap_or_default();
-                if o.kind == "Cluster" {
+                if &*o.kind == "Cluster" {
                     held_by.extend(
                         members
                             .get(&(o.namespace.as_str(), o.name.as_str()))
@@ -190,7 +191,7 @@ impl RemnantFinder {
                 }
                 held_by.sort_by_key(|c| (&c.kind, &c.name));
                 held_by.dedup_by_key(|c| &c.uid);
-                let vm = (o.kind == "CloudStackMachine")
+                let vm = (&*o.kind == "CloudStackMachine")
                     .then(|| vms.get(&format!("{}/{}", o.namespace, o.name)))
                     .flatten();
                 out.push(self.remnant(
@@ -222,11 +223,9 @@ impl RemnantFinder {
                     ),
                 ));
             }
-            if let Some(c) = o
-                .cluster
-                .as_deref()
-                .filter(|_| o.kind != "Cluster" && watched.contains("Cluster") && cluster.is_none())
-            {
+            if let Some(c) = o.cluster.as_deref().filter(|_| {
+                &*o.kind != "Cluster" && watched.contains("Cluster") && cluster.is_none()
+            }) {
                 dangling.push((
                     RemnantReason::ClusterGone,
                     format!(
@@ -265,14 +264,14 @@ impl RemnantFinder {
         why: String,
         related_vm: Option<String>,
     ) -> Remnant {
-        let cluster = if o.kind == "Cluster" {
+        let cluster = if &*o.kind == "Cluster" {
             Some(o.name.as_str())
         } else {
             o.cluster.as_deref()
         };
         Remnant {
-            group: o.group.clone(),
-            kind: o.kind.clone(),
+            group: o.group.to_string(),
+            kind: o.kind.to_string(),
             namespace: o.namespace.clone(),
             name: o.name.clone(),
             cluster: cluster.map(|c| format!("{}/{c}", o.namespace)),

@@ -27,7 +27,7 @@ fn object(kind: &str, name: &str) -> ObjectRecord {
 
 fn owned_by(mut o: ObjectRecord, owner: &ObjectRecord) -> ObjectRecord {
     o.controller = Some(OwnerRef {
-        kind: owner.kind.clone(),
+        kind: owner.kind.to_string(),
         name: owner.name.clone(),
         uid: owner.uid.clone(),
     });
