@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use capc_health_shim::controller::remnants::{discover_remnant_kinds, MetadataWatches};
 use capc_health_shim::remnants::RemnantReason;
 use capc_health_shim::status::StatusReport;
+use cloudstack_sim::catalog::{JobCommand, JobStatus};
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kube_support::{create, cycle_until_report, get, kube_client, Fixture};
+use kube_support::{create, cycle_until_report, get, kube_client, Fixture, SIM_KEY};
 use serde_json::json;
 
 fn found(r: &StatusReport) -> BTreeSet<(String, String, RemnantReason)> {
@@ -119,6 +120,25 @@ async fn what_a_deletion_left_behind_is_reported_with_its_reason_and_nothing_els
     )
     .await;
     delete(&f, &csm, "m-stuck-csm").await;
+    // CAPC's destroy of its VM failed (a job of the key's account, as CloudStack records
+    // one): once it is reported, a look at the account's destroy jobs puts the error into why.
+    const DESTROY_ERROR: &str = "Unable to destroy the VM: its host does not answer";
+    f.sim.with_world(|w| {
+        let vm = w.vm_index_by_id(&f.vm_ids["vm-stuck"]).expect("vm");
+        let account = w.account_by_api_key(SIM_KEY).expect("account");
+        let at_ms = w.now_ms();
+        w.add_job(
+            account,
+            JobCommand::DestroyVm { vm },
+            &f.vm_ids["vm-stuck"],
+            JobStatus::Failed {
+                at_ms,
+                code: 530,
+                cs: 4250,
+                text: DESTROY_ERROR.into(),
+            },
+        );
+    });
 
     let (controller, report) = f
         .controller(&["--orphan-grace", "2s", "--remnant-grace", "2s"])
@@ -192,7 +212,27 @@ async fn what_a_deletion_left_behind_is_reported_with_its_reason_and_nothing_els
         assert_eq!(found(&report.read().await.clone()), want);
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    let r = cycle_until_report(
+        &mut controller,
+        &report,
+        Duration::from_secs(30),
+        |r| {
+            r.remnants.iter().any(|x| {
+                x.why
+                    .contains(&format!("its last destroy failed: {DESTROY_ERROR}"))
+            })
+        },
+        |r| format!("remnants {:#?}", r.remnants),
+    )
+    .await;
+    assert_eq!(found(&r), want);
     let metrics = controller.metrics().encode();
+    assert!(
+        metrics.contains(
+            "capc_health_cloudstack_calls_total{command=\"listAsyncJobs\",result=\"ok\"} 1"
+        ),
+        "one listing of the destroy jobs (at most one a minute):\n{metrics}"
+    );
     for line in [
         format!(
             "capc_health_remnant_objects{{cluster=\"{}/c1\",kind=\"KubeadmConfig\"}} 1",

@@ -189,6 +189,7 @@ impl Controller {
             // answers that came in since the last step count in this cycle's decisions.
             self.note_probe_facts(&gathered);
             self.probe_step(now).await;
+            self.look_up_destroy_errors(&gathered).await;
             self.note_remnant_vms(&gathered);
             let new_orphans = self.find_orphans(&gathered, now);
             self.keep_memory(now).await;

@@ -58,16 +58,7 @@ impl Controller {
                 }
                 metrics.observe_poll(key, started.elapsed().as_secs_f64());
                 let after = scope.polled.client.stats();
-                for ((command, outcome), n) in &after.by_command {
-                    let before = calls_before
-                        .by_command
-                        .get(&(command.clone(), outcome.clone()))
-                        .copied()
-                        .unwrap_or(0);
-                    if *n > before {
-                        metrics.record_calls(command, outcome, n - before);
-                    }
-                }
+                record_call_deltas(metrics, &calls_before, &after);
                 let waited = after
                     .rate_limit_wait
                     .saturating_sub(calls_before.rate_limit_wait);
@@ -175,6 +166,24 @@ async fn poll_scope(
         .map(|((cmd, outcome), n)| (format!("{cmd}/{outcome}"), *n))
         .collect();
     scope.report.rate_limit_wait_seconds = stats.rate_limit_wait.as_secs_f64();
+}
+
+/// Adds to `capc_health_cloudstack_calls_total` what a client did between two of its stats.
+pub(super) fn record_call_deltas(
+    metrics: &crate::metrics::Metrics,
+    before: &crate::cloudstack::client::CallStats,
+    after: &crate::cloudstack::client::CallStats,
+) {
+    for ((command, outcome), n) in &after.by_command {
+        let was = before
+            .by_command
+            .get(&(command.clone(), outcome.clone()))
+            .copied()
+            .unwrap_or(0);
+        if *n > was {
+            metrics.record_calls(command, outcome, n - was);
+        }
+    }
 }
 
 /// Another failed poll in a row: wait longer before the next one.

@@ -240,7 +240,15 @@ pub struct RemnantReport {
     /// when one first appears, not every cycle.
     pub(super) announced: HashSet<(String, String, crate::remnants::RemnantReason)>,
     pub(super) objects: usize,
+    /// The error of the last failed destroy job, by VM id (from `listAsyncJobs`).
+    pub(super) destroy_errors: HashMap<String, String>,
+    /// When each scope's destroy jobs were last listed.
+    pub(super) jobs_listed: HashMap<String, std::time::Instant>,
 }
+
+/// How often a scope's destroy jobs are listed at most, while it has a CloudStackMachine stuck
+/// deleting (CAPC retries a failing destroy on its own back-off, minutes apart).
+pub const DESTROY_JOBS_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl RemnantReport {
     pub fn new(finder: RemnantFinder, watches: MetadataWatches) -> Self {
@@ -251,6 +259,8 @@ impl RemnantReport {
             current: Vec::new(),
             announced: HashSet::new(),
             objects: 0,
+            destroy_errors: HashMap::new(),
+            jobs_listed: HashMap::new(),
         }
     }
 }
@@ -296,8 +306,77 @@ impl Controller {
                 last_error: None,
             });
             facts.state = state;
+            facts.last_error = report.destroy_errors.get(vm_id).cloned();
         }
         report.vms.retain(|k, _| seen.contains(k));
+    }
+
+    /// For the CloudStackMachines reported stuck deleting whose VM is still listed: the error
+    /// of the VM's last failed destroy job, one `listAsyncJobs` per scope at most every
+    /// [`DESTROY_JOBS_EVERY`]. A failed listing keeps what was known.
+    pub(super) async fn look_up_destroy_errors(&mut self, g: &Gathered) {
+        let Some(report) = self.remnants.as_mut() else {
+            return;
+        };
+        let stuck: HashSet<(&str, &str)> = report
+            .current
+            .iter()
+            .filter(|r| r.reason == crate::remnants::RemnantReason::StuckDeleting)
+            .filter(|r| r.kind == "CloudStackMachine" && r.related_vm.is_some())
+            .map(|r| (r.namespace.as_str(), r.name.as_str()))
+            .collect();
+        let mut by_scope: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (c, endpoint) in &g.cloudstack_machines {
+            let (Some(vm), true) = (
+                c.instance_id.as_deref(),
+                stuck.contains(&(c.namespace.as_str(), c.name.as_str())),
+            ) else {
+                continue;
+            };
+            if let Some(scope) = endpoint.as_deref().and_then(|e| g.scope_of.get(e)) {
+                by_scope.entry(scope.as_str()).or_default().push(vm);
+            }
+        }
+        let wanted: HashSet<&str> = by_scope.values().flatten().copied().collect();
+        report
+            .destroy_errors
+            .retain(|vm, _| wanted.contains(vm.as_str()));
+        let timeout = crate::cli::to_std(self.args.request_timeout) * 4;
+        for (scope, vms) in by_scope {
+            if report
+                .jobs_listed
+                .get(scope)
+                .is_some_and(|t| t.elapsed() < DESTROY_JOBS_EVERY)
+            {
+                continue;
+            }
+            let Some(state) = self.scopes.get(scope) else {
+                continue;
+            };
+            report
+                .jobs_listed
+                .insert(scope.to_string(), std::time::Instant::now());
+            let client = &state.polled.client;
+            let before = client.stats();
+            let listed = tokio::time::timeout(timeout, client.list_destroy_jobs()).await;
+            super::poll::record_call_deltas(&self.metrics, &before, &client.stats());
+            match listed {
+                Ok(Ok(jobs)) => {
+                    for vm in vms {
+                        match crate::cloudstack::model::last_failed_destroy(&jobs.items, vm) {
+                            Some(e) => report.destroy_errors.insert(vm.to_string(), e),
+                            None => report.destroy_errors.remove(vm),
+                        };
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(scope = %scope, error = %e, "remnant report: cannot list the destroy jobs");
+                }
+                Err(_) => {
+                    tracing::debug!(scope = %scope, "remnant report: listing the destroy jobs timed out");
+                }
+            }
+        }
     }
 
     /// The finder over this cycle's objects; new remnants get their Event.

@@ -109,7 +109,7 @@ pub enum CloudStackError {
     #[error(
         "the CloudStack role of this API key does not allow this API (432{detail}); add an \
          allow rule for it to the role (listVirtualMachines, listVirtualMachinesMetrics, \
-         listVirtualMachinesUsageHistory, listNics, listCapabilities, listApis)"
+         listVirtualMachinesUsageHistory, listNics, listCapabilities, listApis, listAsyncJobs)"
     )]
     NotAllowed { detail: ErrorDetail },
 

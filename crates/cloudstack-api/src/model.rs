@@ -10,7 +10,9 @@ use std::fmt;
 use jiff::Timestamp;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+mod job;
 mod router;
+pub use job::{last_failed_destroy, AsyncJob, DESTROY_VM_CMD};
 pub use router::{pick_router, DiagnosticsOutput, Router, RouterNic};
 
 /// A VM state as CloudStack reports it (`com.cloud.vm.VirtualMachine.State`).

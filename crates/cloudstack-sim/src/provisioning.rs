@@ -21,7 +21,8 @@ use super::directory::{
     project_param, uuid_param,
 };
 use super::world::{
-    format_time, DiagOutcome, Diagnostic, HostControl, VmSpec, VmState, World, WorldError,
+    format_time, AccountType, DiagOutcome, Diagnostic, HostControl, VmSpec, VmState, World,
+    WorldError,
 };
 
 /// `vm.userdata.max.length` (CloudStack's default): the most decoded bytes accepted.
@@ -632,6 +633,33 @@ pub fn query_async_job_result(call: &mut Call<'_>) -> Result<Reply, ApiError> {
         )));
     }
     Ok(Reply::Raw(job_json(w, job, root)))
+}
+
+/// `listAsyncJobs` (keyword, listall, page, pagesize): the caller's jobs; with `listall=true`,
+/// an admin's (root, domain or resource admin) covers every account of its domain and below —
+/// every account here, where there is only the ROOT domain (`AccountManagerImpl.java@43d42b06`
+/// `buildACLSearchParameters`, as for `listRouters`); `keyword` matches the job's command class (SQL `LIKE
+/// %keyword%`, case-insensitive in CloudStack's MySQL collation); ordered by job id
+/// (`server/src/main/java/com/cloud/api/query/QueryManagerImpl.java@57c33169`
+/// `searchForAsyncJobsInternal`). Finished jobs stay listed (CloudStack purges them after
+/// `job.expire.minutes`, a day by default, which the simulator's runs never reach).
+pub fn list_async_jobs(call: &mut Call<'_>) -> Result<Reply, ApiError> {
+    let listall = call.bool_param("listall")?.unwrap_or(false);
+    let keyword = call.get_nonempty("keyword").map(str::to_lowercase);
+    let w: &World = call.world;
+    let root = call.caller_account().is_root_admin();
+    let every_account = listall && call.caller_account().kind != AccountType::User;
+    let items = (0..)
+        .map_while(|i| w.job(i))
+        .filter(|j| every_account || j.account == call.caller)
+        .filter(|j| {
+            keyword
+                .as_ref()
+                .is_none_or(|k| j.command.class_name().to_lowercase().contains(k.as_str()))
+        })
+        .map(|j| Value::Object(job_json(w, j, root)))
+        .collect();
+    Ok(crate::directory::page(call, items))
 }
 
 #[cfg(test)]

@@ -718,6 +718,36 @@ async fn expunge_data_disks_and_job_ownership() {
         j.body
     );
     assert_eq!(j.json["queryasyncjobresultresponse"]["jobresultcode"], 531);
+    // listAsyncJobs: the caller's jobs whose command class matches the keyword; a root admin
+    // sees every account's with listall=true only.
+    let jobs = as_capi(
+        &h,
+        &[("command", "listAsyncJobs"), ("keyword", "destroyvmcmd")],
+    )
+    .await;
+    let listed = items(&jobs, "listasyncjobsresponse", "asyncjobs");
+    assert_eq!(listed.len(), 1, "{}", jobs.body);
+    assert_eq!(listed[0]["jobid"], dj.as_str());
+    assert_eq!(listed[0]["jobstatus"], 2);
+    assert_eq!(listed[0]["jobinstanceid"], id.as_str());
+    assert!(listed[0]["cmd"]
+        .as_str()
+        .is_some_and(|c| c.contains("DestroyVMCmd")));
+    assert!(listed[0]["jobresult"]["errortext"]
+        .as_str()
+        .is_some_and(|t| t.contains("expunge")));
+    let own = h
+        .api(&[("command", "listAsyncJobs"), ("keyword", "DestroyVMCmd")])
+        .await;
+    assert!(items(&own, "listasyncjobsresponse", "asyncjobs").is_empty());
+    let all = h
+        .api(&[
+            ("command", "listAsyncJobs"),
+            ("keyword", "DestroyVMCmd"),
+            ("listall", "true"),
+        ])
+        .await;
+    assert_eq!(items(&all, "listasyncjobsresponse", "asyncjobs").len(), 1);
     // Volume ids must be the VM's data disks.
     let bad = h
         .api(&[

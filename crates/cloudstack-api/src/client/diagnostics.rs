@@ -1,13 +1,14 @@
 //! The opt-in guest probe's calls: find the guest network's virtual router (`listRouters`),
 //! ask it to arping or ping an address (`runDiagnostics`, an async command) and follow the
-//! job (`queryAsyncJobResult`). Facts and citations: docs/guest-probe.md.
+//! job (`queryAsyncJobResult`). Facts and citations: docs/guest-probe.md. Also the account's
+//! destroy jobs (`listAsyncJobs`), for the remnant report.
 
 use std::net::Ipv4Addr;
 
 use super::{CloudStackClient, Listing};
 use crate::diagnostics::{params_allowed, DiagnosticsKind};
 use crate::error::{sanitize_text, CloudStackError};
-use crate::model::Router;
+use crate::model::{AsyncJob, Router};
 use crate::parse::{parse_async_job, parse_job_id, AsyncJobState};
 
 impl CloudStackClient {
@@ -80,6 +81,24 @@ impl CloudStackClient {
         let mut calls = 0;
         self.request(COMMAND, &query, &mut calls, |r| parse_job_id(COMMAND, r))
             .await
+    }
+
+    /// The recent `destroyVirtualMachine` jobs the key can see, all pages (`listAsyncJobs
+    /// keyword=DestroyVMCmd listall=true`: the keyword matches the job's command class,
+    /// `QueryManagerImpl.java@57c33169` `searchForAsyncJobsInternal`; `listall` widens a
+    /// domain admin's view to its domain's accounts — CAPC's, when the shim has a key of its
+    /// own — and changes nothing for a user's; CloudStack keeps finished jobs until
+    /// `job.expire.minutes`, a day by default). A read, retried like the others.
+    pub async fn list_destroy_jobs(&self) -> Result<Listing<AsyncJob>, CloudStackError> {
+        self.list(
+            "listAsyncJobs",
+            "asyncjobs",
+            &[
+                ("keyword", crate::model::DESTROY_VM_CMD),
+                ("listall", "true"),
+            ],
+        )
+        .await
     }
 
     /// One look at an async job (`queryAsyncJobResult jobid=…`; a read, retried like the

@@ -569,6 +569,24 @@ pub static COMMANDS: &[CommandSpec] = &[
         handler: provisioning::query_async_job_result,
     },
     CommandSpec {
+        name: "listAsyncJobs",
+        response: "listasyncjobsresponse",
+        item_key: "asyncjobs",
+        // ListAsyncJobsCmd: every account type (BaseListAccountResourcesCmd).
+        authorized: ALL_TYPES,
+        is_list: true,
+        is_async: false,
+        since: "",
+        description: "Lists all pending asynchronous jobs for the account.",
+        params: &[
+            p!("listall", "boolean", false, "If set to false, list only resources belonging to the command's caller"),
+            p!("keyword", "string", false, "List by keyword"),
+            p!("page", "integer", false, ""),
+            p!("pagesize", "integer", false, ""),
+        ],
+        handler: provisioning::list_async_jobs,
+    },
+    CommandSpec {
         name: "listRouters",
         response: "listroutersresponse",
         item_key: "router",
