@@ -8,8 +8,7 @@
 //! let the shim list, is left out, and an owner of that kind is never called gone.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -17,14 +16,13 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 
 use super::cycle::{Controller, CycleSummary};
 use super::gather::Gathered;
 use super::writer::{EventNote, Job};
-use crate::remnants::{ObjectRecord, OwnerRef, Remnant, RemnantFinder, VmFacts};
+use crate::remnants::{uid_of, ObjectRecord, OwnerRef, Remnant, RemnantFinder, Uid, VmFacts};
 use crate::status::RemnantDetectionReport;
 use capi_model::well_known::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE, PAUSED};
 
@@ -86,7 +84,7 @@ pub fn object_record(group: &Arc<str>, kind: &Arc<str>, m: ObjectMeta) -> Option
         kind: kind.clone(),
         namespace: m.namespace.unwrap_or_default(),
         name,
-        uid: m.uid.unwrap_or_default(),
+        uid: uid_of(m.uid.as_deref().unwrap_or_default()),
         deleting_since: m.deletion_timestamp.map(|t| t.0),
         finalizers: m.finalizers.unwrap_or_default(),
         controller: m
@@ -97,7 +95,7 @@ pub fn object_record(group: &Arc<str>, kind: &Arc<str>, m: ObjectMeta) -> Option
             .map(|r| OwnerRef {
                 kind: r.kind,
                 name: r.name,
-                uid: r.uid,
+                uid: uid_of(&r.uid),
             }),
         cluster: m
             .labels
@@ -109,17 +107,66 @@ pub fn object_record(group: &Arc<str>, kind: &Arc<str>, m: ObjectMeta) -> Option
     })
 }
 
+/// One watch's objects by uid (a compact key: a store keyed by name would copy each name and
+/// namespace once more); a relist (`Init` … `InitDone`) replaces them as a whole.
+#[derive(Debug, Default)]
+pub struct ObjectStore {
+    live: HashMap<Uid, Arc<ObjectRecord>>,
+    relist: Option<HashMap<Uid, Arc<ObjectRecord>>>,
+    synced: bool,
+}
+
+impl ObjectStore {
+    /// One watch event (pure).
+    pub fn apply(&mut self, event: watcher::Event<ObjectRecord>) {
+        use watcher::Event;
+        match event {
+            Event::Init => self.relist = Some(HashMap::new()),
+            Event::InitApply(o) => {
+                self.relist
+                    .get_or_insert_with(HashMap::new)
+                    .insert(o.uid, Arc::new(o));
+            }
+            Event::InitDone => {
+                if let Some(listed) = self.relist.take() {
+                    self.live = listed;
+                }
+                self.synced = true;
+            }
+            Event::Apply(o) => {
+                self.live.insert(o.uid, Arc::new(o));
+            }
+            Event::Delete(o) => {
+                self.live.remove(&o.uid);
+            }
+        }
+    }
+
+    /// Whether a whole list has been taken in.
+    pub fn synced(&self) -> bool {
+        self.synced
+    }
+
+    pub fn objects(&self) -> impl Iterator<Item = &Arc<ObjectRecord>> {
+        self.live.values()
+    }
+}
+
+type SharedStore = Arc<Mutex<ObjectStore>>;
+
+fn lock(s: &SharedStore) -> std::sync::MutexGuard<'_, ObjectStore> {
+    s.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// One kind's metadata watches (one per namespace of `--namespace`, or one for all).
 struct KindWatch {
     resource: ApiResource,
-    stores: Vec<(Store<ObjectRecord>, Arc<AtomicBool>)>,
+    stores: Vec<SharedStore>,
 }
 
 impl KindWatch {
     fn synced(&self) -> bool {
-        self.stores
-            .iter()
-            .all(|(_, ready)| ready.load(Ordering::Relaxed))
+        self.stores.iter().all(|s| lock(s).synced())
     }
 }
 
@@ -161,8 +208,8 @@ impl MetadataWatches {
         let mut kinds = HashSet::new();
         for k in self.kinds.iter().filter(|k| k.synced()) {
             kinds.insert(k.resource.kind.as_str());
-            for (store, _) in &k.stores {
-                objects.extend(store.state());
+            for store in &k.stores {
+                objects.extend(lock(store).objects().cloned());
             }
         }
         (objects, kinds)
@@ -184,14 +231,9 @@ impl MetadataWatches {
     }
 }
 
-fn watch_metadata(
-    api: Api<PartialObjectMeta<DynamicObject>>,
-    ar: ApiResource,
-) -> (Store<ObjectRecord>, Arc<AtomicBool>) {
-    let mut writer = reflector::store::Writer::<ObjectRecord>::new(());
-    let reader = writer.as_reader();
-    let ready = Arc::new(AtomicBool::new(false));
-    let synced = ready.clone();
+fn watch_metadata(api: Api<PartialObjectMeta<DynamicObject>>, ar: ApiResource) -> SharedStore {
+    let store = SharedStore::default();
+    let writer = store.clone();
     let events = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
     let (group, kind): (Arc<str>, Arc<str>) = (ar.group.as_str().into(), ar.kind.as_str().into());
     tokio::spawn(async move {
@@ -206,10 +248,7 @@ fn watch_metadata(
                 Ok(Event::Delete(o)) => read(o).map(Event::Delete),
                 Ok(Event::InitApply(o)) => read(o).map(Event::InitApply),
                 Ok(Event::Init) => Some(Event::Init),
-                Ok(Event::InitDone) => {
-                    synced.store(true, Ordering::Relaxed);
-                    Some(Event::InitDone)
-                }
+                Ok(Event::InitDone) => Some(Event::InitDone),
                 Err(e) => {
                     // A kind RBAC does not grant fails every retry: said once, then quietly.
                     if !refused_logged {
@@ -220,11 +259,11 @@ fn watch_metadata(
                 }
             };
             if let Some(event) = event {
-                writer.apply_watcher_event(&event);
+                lock(&writer).apply(event);
             }
         }
     });
-    (reader, ready)
+    store
 }
 
 /// The remnant report's state between cycles.
@@ -525,6 +564,52 @@ mod tests {
     use kube::api::GroupVersionKind;
 
     #[test]
+    fn a_relist_replaces_what_the_store_holds_and_syncs_it() {
+        let (group, kind): (Arc<str>, Arc<str>) = ("g".into(), "K".into());
+        let record = |name: &str| {
+            object_record(
+                &group,
+                &kind,
+                ObjectMeta {
+                    name: Some(name.into()),
+                    uid: Some(format!("uid-{name}")),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+        };
+        let names = |s: &ObjectStore| {
+            let mut n: Vec<String> = s.objects().map(|o| o.name.clone()).collect();
+            n.sort();
+            n
+        };
+        let mut s = ObjectStore::default();
+        s.apply(watcher::Event::Init);
+        s.apply(watcher::Event::InitApply(record("a")));
+        assert!(
+            !s.synced() && names(&s).is_empty(),
+            "not before the list is whole"
+        );
+        s.apply(watcher::Event::InitDone);
+        assert!(s.synced());
+        assert_eq!(names(&s), ["a"]);
+        s.apply(watcher::Event::Apply(record("b")));
+        s.apply(watcher::Event::Apply(record("b")));
+        s.apply(watcher::Event::Delete(record("a")));
+        assert_eq!(names(&s), ["b"]);
+        // A relist after a gap: what it lists, nothing of before.
+        s.apply(watcher::Event::Init);
+        s.apply(watcher::Event::InitApply(record("c")));
+        assert_eq!(
+            names(&s),
+            ["b"],
+            "the old state serves until the relist is done"
+        );
+        s.apply(watcher::Event::InitDone);
+        assert_eq!(names(&s), ["c"]);
+    }
+
+    #[test]
     fn an_objects_metadata_becomes_its_record() {
         let ar = ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("bootstrap.cluster.x-k8s.io", "v1beta1", "KubeadmConfig"),
@@ -558,7 +643,7 @@ mod tests {
             ("KubeadmConfig", "bootstrap.cluster.x-k8s.io", Some("c1"))
         );
         assert_eq!(r.deleting_since, Some(at));
-        assert_eq!(r.controller.map(|c| c.uid), Some("u-m1".to_string()));
+        assert_eq!(r.controller.map(|c| c.uid), Some(uid_of("u-m1")));
         assert!(r.moving && !r.paused);
         assert!(object_record(&group, &kind, ObjectMeta::default()).is_none());
         let empty_label = ObjectMeta {

@@ -253,12 +253,6 @@ keyed_by_name!(CloudStackMachineRecord, "CloudStackMachine", .namespace, .name);
 keyed_by_name!(FailureDomainRecord, "CloudStackFailureDomain", .namespace, .name);
 keyed_by_name!(ClusterRecord, "Cluster", .namespace, .name);
 keyed_by_name!(HealthCheckRecord, "MachineHealthCheck", .namespace, .name);
-keyed_by_name!(
-    crate::remnants::ObjectRecord,
-    "Object",
-    .namespace,
-    .name
-);
 
 #[cfg(test)]
 mod tests {

@@ -28,6 +28,23 @@ use jiff::{SignedDuration, Timestamp};
 /// The default of `--remnant-grace`.
 pub const DEFAULT_GRACE: SignedDuration = SignedDuration::from_mins(15);
 
+/// An object's uid, compact: Kubernetes uids are UUIDs (anything else is hashed).
+pub type Uid = u128;
+
+/// The [`Uid`] of a uid string.
+pub fn uid_of(s: &str) -> Uid {
+    if let Ok(u) = uuid::Uuid::parse_str(s.trim()) {
+        return u.as_u128();
+    }
+    use std::hash::{Hash, Hasher};
+    let half = |seed: u8| {
+        let mut h = std::hash::DefaultHasher::new();
+        (seed, s).hash(&mut h);
+        h.finish() as u128
+    };
+    (half(0) << 64) | half(1)
+}
+
 /// One object as its metadata-only watch shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectRecord {
@@ -36,7 +53,7 @@ pub struct ObjectRecord {
     pub kind: Arc<str>,
     pub namespace: String,
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
     pub deleting_since: Option<Timestamp>,
     pub finalizers: Vec<String>,
     /// The `ownerReference` with `controller: true`.
@@ -53,7 +70,7 @@ pub struct ObjectRecord {
 pub struct OwnerRef {
     pub kind: String,
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
 }
 
 /// What CloudStack says of the VM of a CloudStackMachine (from the scope's listing).
@@ -111,7 +128,7 @@ pub struct Remnant {
 pub struct RemnantFinder {
     grace: SignedDuration,
     /// (uid, reason) → first seen dangling.
-    dangling_since: HashMap<(String, RemnantReason), Timestamp>,
+    dangling_since: HashMap<(Uid, RemnantReason), Timestamp>,
 }
 
 /// Child objects named in a reason, at most.
@@ -146,17 +163,17 @@ impl RemnantFinder {
         now: Timestamp,
     ) -> Vec<Remnant> {
         let objects: Vec<&ObjectRecord> = objects.iter().map(Borrow::borrow).collect();
-        let present: HashSet<&str> = objects.iter().map(|o| o.uid.as_str()).collect();
+        let present: HashSet<Uid> = objects.iter().map(|o| o.uid).collect();
         let clusters: HashMap<(&str, &str), &ObjectRecord> = objects
             .iter()
             .filter(|o| &*o.kind == "Cluster")
             .map(|o| ((o.namespace.as_str(), o.name.as_str()), *o))
             .collect();
-        let mut children: HashMap<&str, Vec<&ObjectRecord>> = HashMap::new();
+        let mut children: HashMap<Uid, Vec<&ObjectRecord>> = HashMap::new();
         let mut members: HashMap<(&str, &str), Vec<&ObjectRecord>> = HashMap::new();
         for &o in &objects {
             if let Some(c) = &o.controller {
-                children.entry(c.uid.as_str()).or_default().push(o);
+                children.entry(c.uid).or_default().push(o);
             }
             if let (Some(c), false) = (&o.cluster, &*o.kind == "Cluster") {
                 members
@@ -180,7 +197,7 @@ impl RemnantFinder {
                     continue;
                 }
                 let mut held_by: Vec<&ObjectRecord> =
-                    children.get(o.uid.as_str()).cloned().unwrap_or_default();
+                    children.get(&o.uid).cloned().unwrap_or_default();
                 if &*o.kind == "Cluster" {
                     held_by.extend(
                         members
@@ -190,7 +207,7 @@ impl RemnantFinder {
                     );
                 }
                 held_by.sort_by_key(|c| (&c.kind, &c.name));
-                held_by.dedup_by_key(|c| &c.uid);
+                held_by.dedup_by_key(|c| c.uid);
                 let vm = (&*o.kind == "CloudStackMachine")
                     .then(|| vms.get(&format!("{}/{}", o.namespace, o.name)))
                     .flatten();
@@ -212,7 +229,7 @@ impl RemnantFinder {
             if let Some(c) = o
                 .controller
                 .as_ref()
-                .filter(|c| watched.contains(c.kind.as_str()) && !present.contains(c.uid.as_str()))
+                .filter(|c| watched.contains(c.kind.as_str()) && !present.contains(&c.uid))
             {
                 dangling.push((
                     RemnantReason::OwnerGone,
@@ -235,8 +252,8 @@ impl RemnantFinder {
                 ));
             }
             for (reason, why) in dangling {
-                let key = (o.uid.clone(), reason);
-                let since = *self.dangling_since.entry(key.clone()).or_insert(now);
+                let key = (o.uid, reason);
+                let since = *self.dangling_since.entry(key).or_insert(now);
                 still_dangling.insert(key);
                 if now.duration_since(since) >= self.grace {
                     out.push(self.remnant(o, since, reason, why, None));

@@ -15,7 +15,7 @@ fn object(kind: &str, name: &str) -> ObjectRecord {
         kind: kind.into(),
         namespace: "ns".into(),
         name: name.into(),
-        uid: format!("uid-{kind}-{name}"),
+        uid: uid_of(&format!("uid-{kind}-{name}")),
         deleting_since: None,
         finalizers: Vec::new(),
         controller: None,
@@ -29,7 +29,7 @@ fn owned_by(mut o: ObjectRecord, owner: &ObjectRecord) -> ObjectRecord {
     o.controller = Some(OwnerRef {
         kind: owner.kind.to_string(),
         name: owner.name.clone(),
-        uid: owner.uid.clone(),
+        uid: owner.uid,
     });
     o
 }
