@@ -21,7 +21,7 @@ use super::directory::{
     project_param, uuid_param,
 };
 use super::world::{
-    format_time, AccountType, DiagOutcome, Diagnostic, HostControl, VmSpec, VmState, World,
+    format_time, AccountType, DiagOutcome, Diagnostic, Fault, HostControl, VmSpec, VmState, World,
     WorldError,
 };
 
@@ -430,7 +430,20 @@ pub fn destroy_virtual_machine(call: &mut Call<'_>) -> Result<Reply, ApiError> {
     let allowed = !expunge || admin_like(call) || w.settings.allow_user_expunge_recover_vm;
     let vm_id = vm.id.clone();
     let now = w.now_ms();
-    let status = if allowed {
+    let status = if allowed && vm.has(Fault::DestroyFails) {
+        // The `destroy-fails` fault: `UserVmService.destroyVm` gives back no VM (for example
+        // the stop before the destroy failed on a host that cannot be reached) and the command
+        // answers `ServerApiException(INTERNAL_ERROR, "Failed to destroy Instance")`
+        // (`DestroyVMCmd.execute`, api/.../command/user/vm/DestroyVMCmd.java@134fe662), a
+        // `ServerApiException` without a cause: 530 with `cserrorcode` 9999. The VM stays as
+        // it was, so every retry fails the same way until the fault is cleared.
+        JobStatus::Failed {
+            at_ms: now,
+            code: 530,
+            cs: 9999,
+            text: "Failed to destroy Instance".into(),
+        }
+    } else if allowed {
         call.world.destroy_vm_now(idx, expunge);
         if with_volumes {
             call.world.drop_data_disk(idx);

@@ -594,6 +594,50 @@ async fn strict_anti_affinity_without_a_free_host_fails_the_job() {
 }
 
 #[tokio::test]
+async fn destroy_fails_fault_fails_every_destroy_job_until_cleared() {
+    let h = start(world()).await;
+    let (zone, so, t, _) = ids(&h).await;
+    let base = deploy_base(&zone, &so, &t);
+    let r = deploy(&h, &base, &[("name", "stuck")]).await;
+    let id = str_of(&inner(&r, "deployvirtualmachineresponse")["id"]);
+    h.advance(6.0).await;
+    let f = h
+        .admin_post(
+            &format!("/sim/vms/{id}/faults"),
+            json!({"fault": "destroy-fails"}),
+        )
+        .await;
+    assert_eq!(f.status, 200, "{}", f.body);
+    for _ in 0..2 {
+        let d = h
+            .api(&[("command", "destroyVirtualMachine"), ("id", &id)])
+            .await;
+        assert_eq!(d.status, 200, "{}", d.body);
+        let jobid = str_of(&inner(&d, "destroyvirtualmachineresponse")["jobid"]);
+        let j = job(&h, &jobid).await;
+        assert_eq!(
+            (&j["jobstatus"], &j["jobresultcode"]),
+            (&json!(2), &json!(530)),
+            "{j}"
+        );
+        assert_eq!(j["jobresult"]["errortext"], "Failed to destroy Instance");
+        assert_eq!(j["jobresult"]["cserrorcode"], 9999);
+        h.advance(30.0).await;
+        assert_eq!(h.vm_by_id(&id).await.unwrap()["state"], "Running");
+    }
+    let c = h.admin_delete(&format!("/sim/vms/{id}/faults")).await;
+    assert_eq!(c.status, 200, "{}", c.body);
+    let d = h
+        .api(&[("command", "destroyVirtualMachine"), ("id", &id)])
+        .await;
+    let jobid = str_of(&inner(&d, "destroyvirtualmachineresponse")["jobid"]);
+    let j = job(&h, &jobid).await;
+    assert_eq!(j["jobstatus"], 1, "{j}");
+    assert_eq!(j["jobresult"]["virtualmachine"]["state"], "Destroyed");
+    h.server.shutdown().await;
+}
+
+#[tokio::test]
 async fn destroy_walks_the_expunge_timers_and_a_gone_vm_is_already_gone() {
     let h = start(world()).await;
     let (zone, so, t, _) = ids(&h).await;

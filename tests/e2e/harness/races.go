@@ -34,15 +34,22 @@ import (
 //     instance-of-deleted.
 //
 // The MachineSet replaces both Machines and the cluster must converge after both races.
+//
+// Then, last (issue 29, the seed's case; leftbehind.go): one running worker's VM gets the
+// simulator's destroy-fails fault and the workload Cluster is deleted: the objects that stay
+// deleting behind CAPC's failing destroy must be reported as remnants, and the report must
+// empty once the fault is cleared and the Cluster is gone.
 var ScenarioDeletionRaces = Scenario{
 	Key:   "8-deletion-races",
-	Title: "deletion races: a worker Machine deleted while CAPC's deploy job is in flight, a running worker's CloudStackMachine finalizer removed by hand; the shim reports exactly those two VMs",
+	Title: "deletion races: a worker Machine deleted while CAPC's deploy job is in flight, a running worker's CloudStackMachine finalizer removed by hand; the shim reports exactly those two VMs; then the Cluster deleted while one VM's destroy keeps failing: the shim reports what is left behind",
 	// Both workers are raced; the replacements make the cluster whole.
 	ControlPlanes: 1, Workers: 2, Deadline: 5 * time.Minute,
 	During:    deletionRaces,
 	HoldReady: true,
-	// After the cluster converged: the rest of the grace, the reports, the cleanup.
-	DuringWait: 4 * time.Minute,
+	// After the cluster converged: the rest of the orphan grace, the reports, the cleanup; then
+	// the Cluster deleted behind a failing destroy: the remnant grace, the reports, the fault
+	// cleared and the deletion finished.
+	DuringWait: 16 * time.Minute,
 }
 
 // The races, as the rows name them.
@@ -99,7 +106,12 @@ func deletionRaces(ctx context.Context, r *RunContext) error {
 	}
 	r.ReleaseReady()
 	// Whatever happened, the VMs orphaned on purpose are destroyed at the end.
-	return errors.Join(append(errs, operatorCleansUp(ctx, r, planned))...)
+	errs = append(errs, operatorCleansUp(ctx, r, planned))
+	// Last, as it deletes the workload Cluster: the seed's case (issue 29).
+	if err := clusterLeftBehind(ctx, r); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", RaceClusterLeftBehind, err))
+	}
+	return errors.Join(errs...)
 }
 
 // racedMachine is a raced Machine and what the race orphaned.

@@ -112,13 +112,13 @@ func Markdown(rows []Row) string {
 	fmt.Fprintf(&b, "CAPC v0.6.1 against a real kube-apiserver with CAPI core of one of two generations: CAPI v1.9.6 (what CAPC links) in the same process, the shim in annotate mode; or CAPI v1.13.5 core, KCP, CABPK and MHC in a process of their own (v1beta2 storage, their own conversion webhooks) next to CAPC in its process, the shim in condition mode with a v1beta2 MachineHealthCheck. cloudstack-sim as CloudStack; CAPI's in-memory API servers as workload clusters; the shim as its own process.\n\n")
 	fmt.Fprintf(&b, "Time scale %.2f: every default duration is multiplied by it (CloudStack stats 60 s → %.0f s, VM boot 30 s → 3 s, MHC nodeStartupTimeout 10 min → %.0f s (baseline) and 30 min → %.0f s (recommended, with the shim), the shim's poll interval, escalation delay and graces, and condition mode's unhealthyMachineConditions timeout 60 s → %.0f s). CAPI's and CAPC's own requeue timers run unscaled, except two through hooks: ClusterCache's connection retry (30 s → 2 s) and, on CAPI ≥ 1.13, the MachineHealthCheck's 15 s reconcile limit (feature gate ReconcilerRateLimiting=false; the CAPI column names the gates a stack ran with, a bare version = that release's defaults).\n\n",
 		TimeScale, 60*TimeScale, 600*TimeScale, 1800*TimeScale, 60*TimeScale)
-	fmt.Fprintf(&b, "`orphan VMs` are the cluster's VMs left in the simulator without a CloudStackMachine (after teardown too); `orphans reported` the VMs the shim's orphan report named during the run (read from /status every 250 ms up to teardown), `false orphans` those of them the scenario did not orphan on purpose (goal: 0).\n\n")
-	fmt.Fprintf(&b, "| CAPI | scenario | mode | shim mode | MHC | converged | s to ready | s fault→recycle | recycled | false recycles | orphan VMs | orphans reported | false orphans | leftover objects | faults | shim False verdicts | CloudStack errors |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "`orphan VMs` are the cluster's VMs left in the simulator without a CloudStackMachine (after teardown too); `orphans reported` the VMs the shim's orphan report named during the run (read from /status every 250 ms up to teardown), `false orphans` those of them the scenario did not orphan on purpose (goal: 0). `remnants reported` are the objects the API server showed stuck deleting or dangling past --remnant-grace that the shim's /status remnants named with the right reason within the grace plus two polls (of `remnants expected`), `false remnants` the objects it named that the API server did not show so, with another reason or early (goal: 0).\n\n")
+	fmt.Fprintf(&b, "| CAPI | scenario | mode | shim mode | MHC | converged | s to ready | s fault→recycle | recycled | false recycles | orphan VMs | orphans reported | false orphans | remnants reported/expected | false remnants | leftover objects | faults | shim False verdicts | CloudStack errors |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %v | %s | %s | %d | %d | %d | %d | %d | %d | %s | %s | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %v | %s | %s | %d | %d | %d | %d | %d | %d/%d | %d | %d | %s | %s | %s |\n",
 			r.StackKey(), r.Scenario, r.Mode, shimModeCell(r), r.MHC, r.Converged, f1(r.SecondsToReady), f1(r.SecondsFaultToRecycle),
-			r.RecycledMachines, r.FalseRecycles, r.OrphanVMs, r.OrphansReported, r.FalseOrphans, r.LeftoverObjects,
+			r.RecycledMachines, r.FalseRecycles, r.OrphanVMs, r.OrphansReported, r.FalseOrphans, r.RemnantsReported, r.RemnantsExpected, r.FalseRemnants, r.LeftoverObjects,
 			strings.Join(r.Faults, "; "), strings.Join(r.ShimVerdicts, "; "), errorCounts(r.CloudStackResults))
 	}
 	fmt.Fprintf(&b, "\n## Fault → recycle, shim vs baseline on the same stack\n\nAsserted for the shim rows of scenarios 1, 2, 3 and 6 (harness/causality.go): ratio ≤ %.1f and fault → recycle under %.1f × the shim run's MHC backstop; the negative control (mode shim-observe) must fail both.\n\n| CAPI | shim mode | scenario | run | shim s | baseline s | ratio |\n|---|---|---|---|---|---|---|\n", SpeedRatioMax, BackstopFractionMax)
@@ -190,7 +190,7 @@ func Matrix(rows []Row) string {
 	sort.Strings(capis)
 	sort.Strings(scenarios)
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## Matrix: CAPI × shim mode × scenario (shim runs)\n\nEach cell: converged, fault→recycle shim/baseline ratio on the same stack (— when nothing faulty was recycled), false recycles / orphan VMs / leftover objects / false orphans.\n\n| scenario |")
+	fmt.Fprintf(&b, "\n## Matrix: CAPI × shim mode × scenario (shim runs)\n\nEach cell: converged, fault→recycle shim/baseline ratio on the same stack (— when nothing faulty was recycled), false recycles / orphan VMs / leftover objects / false orphans / false remnants.\n\n| scenario |")
 	for _, c := range capis {
 		mode := ""
 		for _, s := range scenarios {
@@ -218,7 +218,7 @@ func Matrix(rows []Row) string {
 			if !r.Converged {
 				conv = "NOT converged"
 			}
-			fmt.Fprintf(&b, " %s, %s, %d/%d/%d/%d |", conv, ratio, r.FalseRecycles, r.OrphanVMs, r.LeftoverObjects, r.FalseOrphans)
+			fmt.Fprintf(&b, " %s, %s, %d/%d/%d/%d/%d |", conv, ratio, r.FalseRecycles, r.OrphanVMs, r.LeftoverObjects, r.FalseOrphans, r.FalseRemnants)
 		}
 		b.WriteString("\n")
 	}

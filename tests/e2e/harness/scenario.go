@@ -102,6 +102,12 @@ type RunContext struct {
 	// Orphans reads the shim's orphan report through the run (nil without the shim); a
 	// scenario registers the VMs it orphans on purpose with Orphans.Expect.
 	Orphans *OrphanWatch
+	// Remnants reads the shim's remnant report and the API server through the run (nil
+	// without the shim).
+	Remnants *RemnantWatch
+	// RemnantsClearedSeconds: set by a scenario that clears what held a deleting Cluster, how
+	// long the remnant report took to empty after.
+	RemnantsClearedSeconds *float64
 
 	hold     chan struct{} // closed by ReleaseReady; nil unless the scenario holds readiness
 	holdOnce sync.Once
@@ -153,6 +159,18 @@ type Row struct {
 	OrphansReported  int `json:"orphans_reported"`
 	FalseOrphans     int `json:"false_orphans"`
 	OrphansOpenAtEnd int `json:"orphans_open_at_end"`
+	// RemnantsReported is how many of the objects the API server showed stuck deleting or
+	// dangling past --remnant-grace (in the run's namespace, up to teardown: RemnantsExpected)
+	// the shim's /status "remnants" reported with the right reason within the grace plus two
+	// polls; FalseRemnants the objects it reported that the API server did not show so, or
+	// with another reason, or before the grace (goal: 0). 0 without the shim.
+	RemnantsExpected int             `json:"remnants_expected"`
+	RemnantsReported int             `json:"remnants_reported"`
+	FalseRemnants    int             `json:"false_remnants"`
+	RemnantReports   []RemnantRecord `json:"remnant_reports,omitempty"`
+	// RemnantsClearedSeconds: in scenario 8, how long after the harness cleared the destroy
+	// fault the Cluster was gone and the report empty.
+	RemnantsClearedSeconds *float64 `json:"remnants_cleared_seconds,omitempty"`
 	// OrphanSuspectsMax is the most VMs the shim held at once as owned by nothing but still
 	// within the grace (its /status orphan_detection.suspects; omitted when not shown): what a
 	// run shorter than the grace would report later.
@@ -317,6 +335,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		}()
 		rc.Shim = shim
 		rc.Orphans = WatchOrphans(runCtx, shim, tl, 250*time.Millisecond)
+		rc.Remnants = WatchRemnants(runCtx, shim, c, ns, tl, time.Second)
 		row.OrphanGraceSeconds = cfg.OrphanGrace().Seconds()
 		api, err := shim.API(ctx)
 		if err != nil {
@@ -436,6 +455,12 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		scoreOrphanWatch(&row, rc.Orphans, shim.Config)
 		tl.Add(fmt.Sprintf("orphan report: %d VM(s) reported, %d of them not orphaned on purpose, %d listed at the end", row.OrphansReported, row.FalseOrphans, row.OrphansOpenAtEnd))
 	}
+	if rc.Remnants != nil {
+		rc.Remnants.Stop(ctx)
+		scoreRemnantWatch(&row, rc.Remnants)
+		row.RemnantsClearedSeconds = rc.RemnantsClearedSeconds
+		tl.Add(fmt.Sprintf("remnant report: %d of %d expected remnant(s) reported in time, %d false", row.RemnantsReported, row.RemnantsExpected, row.FalseRemnants))
+	}
 	if shim != nil {
 		scanned = shimSurfaces(ctx, c, shim, ns, filepath.Join(h.OutDir, "logs"))
 		if err := shim.Stop(); err != nil {
@@ -507,6 +532,19 @@ func scoreOrphanWatch(row *Row, w *OrphanWatch, cfg ShimConfig) {
 		row.Notes = append(row.Notes, NoteNoOrphanReport)
 	}
 }
+
+// scoreRemnantWatch puts what the shim's remnant report said in the row.
+func scoreRemnantWatch(row *Row, w *RemnantWatch) {
+	sc := w.Score()
+	row.RemnantsExpected, row.RemnantsReported, row.FalseRemnants = sc.Expected, sc.Reported, sc.False
+	row.RemnantReports = sc.Records
+	if w.Absent() {
+		row.Notes = append(row.Notes, NoteNoRemnantReport)
+	}
+}
+
+// NoteNoRemnantReport: the shim's /status had no "remnants" array at the end of the run.
+const NoteNoRemnantReport = "the shim's /status has no remnants array (remnant report off or an older shim)"
 
 // OrphansCommandLog is where a run saves what `capc-health-shim orphans` printed.
 func OrphansCommandLog(outDir, ns string) string {

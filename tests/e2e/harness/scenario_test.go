@@ -77,7 +77,7 @@ func TestShimDurationsAreScaledAndAtLeastASecond(t *testing.T) {
 		t.Errorf("2s × 0.1 = %s, want the 1 s floor", got)
 	}
 	args := ShimArgs(ShimConfig{Namespace: "ns", APIURL: "http://x/client/api", Scale: 0.1}, "127.0.0.1:1")
-	want := map[string]string{"--poll-interval": "3s", "--escalation-delay": "6s", "--stats-interval": "6s", "--transition-grace": "90s", "--orphan-grace": "90s", "--endpoint-credentials": "http://x/client/api=ns/" + ShimSecret}
+	want := map[string]string{"--poll-interval": "3s", "--escalation-delay": "6s", "--stats-interval": "6s", "--transition-grace": "90s", "--orphan-grace": "90s", "--remnant-grace": "90s", "--endpoint-credentials": "http://x/client/api=ns/" + ShimSecret}
 	for i := 0; i+1 < len(args); i++ {
 		if v, ok := want[args[i]]; ok {
 			if args[i+1] != v {

@@ -53,6 +53,7 @@ func scaledDuration(d time.Duration, scale float64) time.Duration {
 const (
 	shimDefaultPollInterval = 30 * time.Second
 	shimDefaultOrphanGrace  = 15 * time.Minute
+	shimDefaultRemnantGrace = 15 * time.Minute
 	// ShimPollJitter is the spread of the shim's poll interval (±10 %).
 	ShimPollJitter = 0.1
 )
@@ -65,6 +66,11 @@ func (c ShimConfig) PollInterval() time.Duration {
 // OrphanGrace is the --orphan-grace the shim runs with.
 func (c ShimConfig) OrphanGrace() time.Duration {
 	return scaledDuration(shimDefaultOrphanGrace, c.Scale)
+}
+
+// RemnantGrace is the --remnant-grace the shim runs with.
+func (c ShimConfig) RemnantGrace() time.Duration {
+	return scaledDuration(shimDefaultRemnantGrace, c.Scale)
 }
 
 // ShimArgs are the run flags: every duration the shim defaults to, scaled, and the flags of
@@ -91,6 +97,8 @@ func ShimArgs(c ShimConfig, statusAddr string) []string {
 		"--mass-failure-window", scaled(10*time.Minute, s),
 		// A VM left behind by a deleted CloudStackMachine is reported after this (15 min → 90 s).
 		"--orphan-grace", scaled(shimDefaultOrphanGrace, s),
+		// An object stuck deleting or dangling is reported after this (15 min → 90 s).
+		"--remnant-grace", scaled(shimDefaultRemnantGrace, s),
 	}
 	if c.ProbeSecret != "" {
 		// Spacing, recheck and boot grace derive from the scaled --stats-interval. The rest is
@@ -211,7 +219,9 @@ type shimStatus struct {
 	API   ShimAPI      `json:"api"`
 	Probe *ProbeStatus `json:"probe"`
 	// Orphans is nil when /status has no "orphans" array (a shim without the orphan report).
-	Orphans  *[]ShimOrphan                `json:"orphans"`
+	Orphans *[]ShimOrphan `json:"orphans"`
+	// Remnants is nil when /status has no "remnants" array (a shim without the remnant report).
+	Remnants *[]ShimRemnant               `json:"remnants"`
 	Clusters map[string]shimClusterStatus `json:"clusters"`
 	// OrphanDetection.Suspects: VMs owned by nothing still within their grace (not reported).
 	OrphanDetection *struct {
@@ -283,6 +293,15 @@ func (s *Shim) Orphans(ctx context.Context) (orphans []ShimOrphan, suspects int,
 		suspects = st.OrphanDetection.Suspects
 	}
 	return *st.Orphans, suspects, true, nil
+}
+
+// Remnants is the shim's /status "remnants"; present is false when /status has no such array.
+func (s *Shim) Remnants(ctx context.Context) (remnants []ShimRemnant, present bool, err error) {
+	st, err := s.status(ctx)
+	if err != nil || st.Remnants == nil {
+		return nil, false, err
+	}
+	return *st.Remnants, true, nil
 }
 
 // Tracks reports whether the shim's /status lists a Machine of cluster ("namespace/name"), and

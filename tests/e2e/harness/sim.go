@@ -89,6 +89,12 @@ func (s *Sim) InjectFault(ctx context.Context, vmID, fault string) error {
 	return s.do(ctx, http.MethodPost, "/sim/vms/"+vmID+"/faults", map[string]string{"fault": fault}, nil)
 }
 
+// ClearFaults removes every injected fault of a VM (DELETE /sim/vms/{id}/faults): a
+// destroy-fails VM's next destroyVirtualMachine succeeds.
+func (s *Sim) ClearFaults(ctx context.Context, vmID string) error {
+	return s.do(ctx, http.MethodDelete, "/sim/vms/"+vmID+"/faults", nil, nil)
+}
+
 // VM returns one VM by id (GET /sim/vms/{id}).
 func (s *Sim) VM(ctx context.Context, vmID string) (SimVM, error) {
 	var vm SimVM

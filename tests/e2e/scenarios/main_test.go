@@ -57,7 +57,7 @@ func run(t *testing.T, sc harness.Scenario, runs ...[2]string) map[string]harnes
 		err error
 	}
 	ch := make(chan result, len(runs))
-	ctx, cancel := context.WithTimeout(context.Background(), sc.Deadline+6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), sc.Deadline+sc.DuringWait+6*time.Minute)
 	defer cancel()
 	for _, r := range runs {
 		r := r
@@ -76,11 +76,13 @@ func run(t *testing.T, sc harness.Scenario, runs ...[2]string) map[string]harnes
 			t.Fatal(err)
 		}
 		out[res.key] = res.row
-		t.Logf("%s %s: converged=%v ready=%s fault→recycle=%s recycled=%d false=%d orphans=%d orphans_reported=%d false_orphans=%d suspects_max=%s leftovers=%d notes=%v timeline=%s",
+		t.Logf("%s %s: converged=%v ready=%s fault→recycle=%s recycled=%d false=%d orphans=%d orphans_reported=%d false_orphans=%d remnants_reported=%d/%d false_remnants=%d suspects_max=%s leftovers=%d notes=%v timeline=%s",
 			sc.Key, res.key, res.row.Converged, fmtp(res.row.SecondsToReady), fmtp(res.row.SecondsFaultToRecycle),
 			res.row.RecycledMachines, res.row.FalseRecycles, res.row.OrphanVMs, res.row.OrphansReported, res.row.FalseOrphans,
+			res.row.RemnantsReported, res.row.RemnantsExpected, res.row.FalseRemnants,
 			fmtInt(res.row.OrphanSuspectsMax), res.row.LeftoverObjects, res.row.Notes, res.row.Timeline)
 		noFalseOrphans(t, sc.Key+" "+res.key, res.row)
+		noFalseRemnants(t, sc.Key+" "+res.key, res.row)
 	}
 	return out
 }
@@ -156,6 +158,25 @@ func noFalseOrphans(t *testing.T, name string, r harness.Row) {
 		}
 	} else if r.OrphansReported != 0 {
 		t.Errorf("%s: %d orphans reported in a run without the shim", name, r.OrphansReported)
+	}
+}
+
+// noFalseRemnants asserts, for every row of every scenario (run calls it), that the shim's
+// remnant report named no object the API server did not show stuck deleting or dangling past
+// the grace (or with another reason), and that a shim row had the report to read.
+func noFalseRemnants(t *testing.T, name string, r harness.Row) {
+	t.Helper()
+	if r.FalseRemnants != 0 {
+		t.Errorf("%s: the shim reported %d object(s) as remnants that were not: %v (timeline %s)", name, r.FalseRemnants, harness.RemnantSummary(r.RemnantReports), r.Timeline)
+	}
+	if r.Mode.WithShim() {
+		for _, n := range r.Notes {
+			if n == harness.NoteNoRemnantReport {
+				t.Errorf("%s: %s", name, n)
+			}
+		}
+	} else if r.RemnantsReported != 0 || r.FalseRemnants != 0 {
+		t.Errorf("%s: remnants reported in a run without the shim", name)
 	}
 }
 

@@ -180,6 +180,22 @@ func TestScenario8DeletionRaces(t *testing.T) {
 		harness.RaceDeployInFlight:   harness.OrphanNameOfDeleted,
 		harness.RaceFinalizerRemoved: harness.OrphanInstanceOfDeleted,
 	})
+	requireRemnants(t, "shim", s)
+}
+
+// requireRemnants: the Cluster deleted behind a failing destroy (issue 29) left at least its
+// CloudStackMachine, Machine and the Cluster stuck deleting (the harness asserted those three
+// during the run); the shim reported every object the API server showed left behind, with the
+// right reason, within the grace plus two polls, none other, and its report emptied once the
+// fault was cleared.
+func requireRemnants(t *testing.T, name string, r harness.Row) {
+	t.Helper()
+	if r.RemnantsExpected < 3 || r.RemnantsReported != r.RemnantsExpected || r.FalseRemnants != 0 {
+		t.Errorf("%s: remnants_reported=%d of %d expected (want ≥ 3, all), false_remnants=%d: %v", name, r.RemnantsReported, r.RemnantsExpected, r.FalseRemnants, harness.RemnantSummary(r.RemnantReports))
+	}
+	if r.RemnantsClearedSeconds == nil {
+		t.Errorf("%s: the remnant report did not empty after the fault was cleared (timeline %s)", name, r.Timeline)
+	}
 }
 
 // requireDeliberateOrphans: the shim reported exactly the VMs the scenario orphaned (race →

@@ -462,6 +462,28 @@ func TestCAPCCallsAgainstSim(t *testing.T) {
 		}
 		return err
 	}
+	// The destroy-fails fault: CAPC's destroy job fails with CloudStack's "Failed to destroy
+	// Instance" (530) on every try, the VM stays, until the fault is cleared.
+	adminFault := func(method string, body string) {
+		req, err := http.NewRequest(method, base+"/sim/vms/"+deployed2.Id+"/faults", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s faults: %v %v", method, err, resp)
+		}
+		resp.Body.Close()
+	}
+	adminFault(http.MethodPost, `{"fault": "destroy-fails"}`)
+	for i := 0; i < 2; i++ {
+		mustContain(t, destroy(deployed2.Id, nil), "Failed to destroy Instance")
+		if a := getAdminVM(t, base, deployed2.Id); a.Removed || a.State != "Running" {
+			t.Fatalf("after a failed destroy: %+v", a)
+		}
+	}
+	adminFault(http.MethodDelete, "")
 	for _, d := range []struct {
 		id      string
 		volumes []string

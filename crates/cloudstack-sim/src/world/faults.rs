@@ -16,10 +16,13 @@ pub enum Fault {
     StallStarting,
     ServicesFail,
     SlowBoot,
+    /// `destroyVirtualMachine` keeps failing (its async job ends Failed) until cleared; the
+    /// VM itself runs on untouched.
+    DestroyFails,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 11] = [
         Fault::NicDown,
         Fault::NoAddress,
         Fault::DetachNic,
@@ -30,6 +33,7 @@ impl Fault {
         Fault::StallStarting,
         Fault::ServicesFail,
         Fault::SlowBoot,
+        Fault::DestroyFails,
     ];
 
     pub fn parse(s: &str) -> Option<Self> {
@@ -48,6 +52,7 @@ impl Fault {
             Self::StallStarting => "stall-starting",
             Self::ServicesFail => "services-fail",
             Self::SlowBoot => "slow-boot",
+            Self::DestroyFails => "destroy-fails",
         }
     }
 
@@ -184,6 +189,8 @@ impl World {
             Fault::NoAddress | Fault::DetachNic | Fault::ServicesFail | Fault::SlowBoot => {
                 vm.change_flags(t, &c, |v| v.faults |= bit)
             }
+            // Only `destroyVirtualMachine` looks at it; nothing about the guest changes.
+            Fault::DestroyFails => vm.faults |= bit,
             Fault::StallStarting => {
                 vm.faults |= bit;
                 if matches!(vm.state, VmState::Running | VmState::Starting) {
@@ -284,6 +291,22 @@ mod tests {
         assert_eq!(new.len(), 2);
         assert_eq!(new[0].tx, 0, "the reconnected agent starts a new baseline");
         assert!(new[1].tx > 0);
+    }
+
+    #[test]
+    fn destroy_fails_leaves_the_guest_alone_and_clears() {
+        let mut w = world();
+        let i = w.add_vm(&VmSpec::new("d")).unwrap();
+        w.advance_to(T0 + 60_000);
+        let state = w.vm(i).unwrap().state;
+        w.apply_fault_now(i, Fault::DestroyFails);
+        let vm = w.vm(i).unwrap();
+        assert!(vm.has(Fault::DestroyFails));
+        assert_eq!(vm.faults(), vec![Fault::DestroyFails]);
+        assert_eq!(vm.state, state);
+        assert_eq!(Fault::parse("destroy-fails"), Some(Fault::DestroyFails));
+        w.clear_faults_now(i);
+        assert!(!w.vm(i).unwrap().has(Fault::DestroyFails));
     }
 
     #[test]
