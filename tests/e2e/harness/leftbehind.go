@@ -134,11 +134,23 @@ func clusterLeftBehind(ctx context.Context, r *RunContext) error {
 		}
 		r.TL.Add(fmt.Sprintf("%s: remnant %s (%s) due %s, reported %s (in time %v)", RaceClusterLeftBehind, rec.Key, rec.Reason, rec.Due, after, rec.InTime))
 	}
-	// The CloudStackMachine's why names its VM as CloudStack lists it.
-	for _, x := range w.current(r.Namespace) {
-		if x.Kind == "CloudStackMachine" && x.Name == csm.Name && !strings.Contains(x.Why, "CloudStack shows VM "+vmID) {
-			errs = append(errs, fmt.Errorf("remnant %s: why %q does not say what CloudStack shows of VM %s", x.Key(), x.Why, vmID))
+	// The CloudStackMachine's why names its VM as CloudStack lists it and, from the account's
+	// destroy jobs (listAsyncJobs, read once the remnant is reported), why CAPC's destroy keeps
+	// failing: the error the simulator's destroy-fails fault gives each job.
+	const destroyError = "its last destroy failed: Failed to destroy Instance"
+	var why string
+	if err := WaitFor(ctx, time.Minute, time.Second, "the CloudStackMachine's why names its VM and its failed destroy", func() (bool, error) {
+		for _, x := range w.current(r.Namespace) {
+			if x.Kind == "CloudStackMachine" && x.Name == csm.Name {
+				why = x.Why
+				return strings.Contains(x.Why, "CloudStack shows VM "+vmID) && strings.Contains(x.Why, destroyError), nil
+			}
 		}
+		return false, nil
+	}); err != nil {
+		errs = append(errs, fmt.Errorf("remnant CloudStackMachine %s: why %q does not say what CloudStack shows of VM %s and %q: %w", csm.Name, why, vmID, destroyError, err))
+	} else {
+		r.TL.Add(fmt.Sprintf("%s: the shim says of CloudStackMachine %s: %s", RaceClusterLeftBehind, csm.Name, why))
 	}
 
 	// One Warning ObjectLeftBehind Event per remnant reported (on the Cluster, else the object).
