@@ -29,6 +29,7 @@ pub mod memory;
 pub mod orphans;
 pub mod poll;
 pub mod probing;
+pub mod remnant_watch;
 pub mod remnants;
 pub mod report;
 pub mod run;
