@@ -19,7 +19,7 @@ export GO_BUILD_FLAGS
 VENV := target/venv
 
 .PHONY: all build demo demo-sim test test-build test-rust test-rust-build test-rust-run test-e2e-run test-conformance-run test-conformance venv test-e2e e2e-negative-control e2e-load e2e e2e-build e2e-build-114 bench timings lint fmt clean \
-	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image fuzz \
+	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image image-docker test-image test-image-run release-tool fuzz \
 	release-manifests test-release
 
 all: build
@@ -47,17 +47,19 @@ demo-sim: build
 
 ## make test: every test — Rust unit/integration/property tests, the `cs` (PyPI) conformance test, and
 ## the end-to-end scenarios 1, 3 and 7 with their baselines and 8 (deletion races) (real CAPI + CAPC, see tests/e2e/README.md),
-## the negative control (make e2e-negative-control) and the CloudStack load count (TestCloudStackLoad).
-## Everything is built first; then two lanes run side by side (hack/lanes.sh), each with API servers
+## the negative control (make e2e-negative-control) and the CloudStack load count (TestCloudStackLoad),
+## hack/release's tests (make test-release) and the container image run from its own files (make test-image).
+## Everything is built first (the image too); then two lanes run side by side (hack/lanes.sh), each with API servers
 ## of its own: the Rust tests, and the conformance + e2e tests. Both mostly wait on (scaled) timers,
 ## so together they take about as long as the longer one; each lane's output is prefixed with its
 ## name and kept in target/test-logs/. `make test-rust` / `make test-e2e` run one lane alone.
 test: test-release test-build
-	hack/lanes.sh rust '$(MAKE) --no-print-directory test-rust-run' \
+	hack/lanes.sh rust '$(MAKE) --no-print-directory test-image-run test-rust-run' \
 		e2e '$(MAKE) --no-print-directory test-conformance-run test-e2e-run'
 
-## everything the two lanes run, built before they start (so no lane waits on the other's build)
-test-build: build apiserver-build e2e-build venv test-rust-build
+## everything the two lanes run, built before they start (so no lane waits on the other's build),
+## the container image included (the rust lane runs make test-image's checks first)
+test-build: build apiserver-build e2e-build venv test-rust-build image
 
 ## The e2e harness is a Go module of its own (tests/e2e); Go fetches its modules from the proxy.
 E2E_GO := cd tests/e2e && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
@@ -214,11 +216,16 @@ release:
 RELEASE_GO := cd hack/release && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
 RELEASE_BUILD := cd hack/release && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(PROGRESS)
 RELEASE_MANIFESTS := target/release-manifests
-release-manifests:
-	$(RELEASE_BUILD) "hack/release (kustomize, clusterctl, Helm modules)" $(GO) build -o $(CURDIR)/target/hack/release-tool .
+## With IMAGE=repository:tag it first runs make image and pins that reference to the digest of the
+## image just built (target/image/digest): the components' default image and the chart's default
+## values name repository:tag@sha256:…; that chart goes to target/release-manifests/chart/ (the
+## committed one keeps the base's tag).
+RELEASE_PIN = $(if $(IMAGE),--image $(IMAGE) --digest-file $(CURDIR)/$(IMAGE_DIR)/digest)
+RELEASE_CHART_DIR = $(if $(IMAGE),$(CURDIR)/$(RELEASE_MANIFESTS)/chart/capc-health-shim,$(CURDIR)/deploy/helm/capc-health-shim)
+release-manifests: release-tool $(if $(IMAGE),image)
 	rm -rf $(RELEASE_MANIFESTS)
-	./target/hack/release-tool manifests --root $(CURDIR) --out $(CURDIR)/$(RELEASE_MANIFESTS)
-	./target/hack/release-tool chart --root $(CURDIR) --out $(CURDIR)/deploy/helm/capc-health-shim
+	./target/hack/release-tool manifests --root $(CURDIR) --out $(CURDIR)/$(RELEASE_MANIFESTS) $(RELEASE_PIN)
+	./target/hack/release-tool chart --root $(CURDIR) --out $(RELEASE_CHART_DIR) $(RELEASE_PIN)
 
 ## hack/release's Go tests, no API server (seconds; the first build downloads and compiles the modules,
 ## about a minute and a half): the components through clusterctl's library (defaults, variables,
@@ -228,11 +235,37 @@ release-manifests:
 test-release:
 	$(RELEASE_BUILD) "hack/release's tests (kustomize, clusterctl, Helm modules)" $(GO) test -count=1 ./...
 
-## make image: the container image (needs docker or podman: CONTAINER_ENGINE=podman)
+## make image: the container image, without a container daemon and without a base image
+## (hack/release, go-containerregistry): the release binary, exactly the shared libraries it needs,
+## a CA bundle and /etc/passwd, /etc/group for user 65532, as an OCI image layout in a tar →
+## target/image/capc-health-shim-oci.tar, its manifest digest in target/image/digest and a CycloneDX
+## SBOM in target/image/capc-health-shim.cdx.json. Reproducible: every time in it is the commit's.
+## IMAGE=registry.example.com/capc-health-shim:v0.1.0 names it (default: the base's reference).
+## make image-docker: the same from the Dockerfile, for those with docker or podman (CONTAINER_ENGINE=podman).
+IMAGE ?=
+IMAGE_DIR := target/image
+image: release-tool
+	$(PROGRESS) "the release binary (cargo build --release)" $(CARGO) build --release --locked --bin capc-health-shim
+	./target/hack/release-tool image --root $(CURDIR) --binary $(RELEASE_DIR)/capc-health-shim --out $(CURDIR)/$(IMAGE_DIR) $(if $(IMAGE),--image $(IMAGE))
+
+## make test-image: the image from its own filesystem (layers unpacked, run as 65532 on a read-only
+## root, chroot in a mount namespace of its own: needs root): `--version`, `check` over TLS with and
+## without a test CA in SSL_CERT_DIR, `run` ready against a test API server, no shell, its size
+## → target/image/test-image.txt
+test-image: image build apiserver-build
+	$(MAKE) --no-print-directory test-image-run
+
+test-image-run:
+	APISERVER_TEST_DIR=target/apiserver-test-image hack/with-apiserver.sh capi-1.9 sh -c \
+		'./target/hack/release-tool test-image --root $(CURDIR) --out $(CURDIR)/$(IMAGE_DIR) --sim target/debug/cloudstack-sim --kubeconfig "$$CAPC_HEALTH_TEST_KUBECONFIG"'
+
 CONTAINER_ENGINE ?= docker
-IMAGE ?= capc-health-shim:dev
-image:
-	$(CONTAINER_ENGINE) build -t $(IMAGE) .
+image-docker:
+	$(CONTAINER_ENGINE) build --build-arg CAPC_HEALTH_SHIM_COMMIT=$$(git rev-parse HEAD) -t $(or $(IMAGE),capc-health-shim:dev) .
+
+## the release tool itself (hack/release)
+release-tool:
+	$(RELEASE_BUILD) "hack/release (kustomize, clusterctl, Helm, go-containerregistry modules)" $(GO) build -o $(CURDIR)/target/hack/release-tool .
 
 ## make fuzz: the five fuzz targets of fuzz/ (parser, error envelope, signer, scenario loader,
 ## condition upsert), FUZZ_SECONDS each (default 20), on the stable toolchain (`cargo fuzz -s none`,

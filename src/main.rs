@@ -1,5 +1,6 @@
 //! `capc-health-shim`: feeds CloudStack VM evidence into CAPI Machine health.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -12,10 +13,18 @@ use capc_health_shim::{check, cli, controller};
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// `--version`: the release and the commit it was built from (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CAPC_HEALTH_SHIM_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "capc-health-shim",
-    version,
+    version = VERSION,
     about = "CloudStack VM health for Cluster API Machines: signal, never delete"
 )]
 struct Cli {
@@ -67,8 +76,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Colours only on a terminal: in a pod's log (a pipe) escape codes are noise.
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => logs.init(),

@@ -168,7 +168,7 @@ func chartFiles(b *base) (map[string]string, error) {
 	if err != nil || imageNode == nil {
 		return nil, fmt.Errorf("the %s container has no image", managerContainer)
 	}
-	repo, tag, err := splitImage(imageNode.YNode().Value)
+	repo, tag, digest, err := splitPinned(imageNode.YNode().Value)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func chartFiles(b *base) (map[string]string, error) {
 
 	// The Deployment's values.
 	g.setScalar(replicasNode, sub{kind: inline, text: "{{ .Values.replicas }}"})
-	g.setScalar(imageNode, sub{kind: inline, text: `{{ printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) | quote }}`})
+	g.setScalar(imageNode, sub{kind: inline, text: `{{ printf "%s:%s%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) (ternary (printf "@%s" .Values.image.digest) "" (ne .Values.image.digest "")) | quote }}`})
 	pullNode, _ := c.Pipe(kyaml.Lookup("imagePullPolicy"))
 	g.setScalar(pullNode, sub{kind: inline, text: "{{ .Values.image.pullPolicy }}"})
 	if err := g.setField(c, "resources", sub{kind: block, text: ".Values.resources"}); err != nil {
@@ -372,11 +372,14 @@ description: Publishes CloudStack's verdict on each CAPC Machine's VM as a Machi
 type: application
 version: %s
 appVersion: %q
-`, generatedBy, chartName, b.version, tag)
-	if tag != "v"+b.version {
+`, generatedBy, chartName, b.version, "v"+b.version)
+	valuesTag := "" // the appVersion
+	if digest != "" {
+		valuesTag = tag // pinned (pin.go): the tag the image was built as, with its digest
+	} else if tag != "v"+b.version {
 		return nil, fmt.Errorf("deploy/base's image tag %q is not v%s, the workspace version", tag, b.version)
 	}
-	files["values.yaml"] = valuesYAML(repo, pullPolicy, replicas, resourcesYAML, logDefault, egressYAML)
+	files["values.yaml"] = valuesYAML(repo, valuesTag, digest, pullPolicy, replicas, resourcesYAML, logDefault, egressYAML)
 	schema, err := valuesSchema()
 	if err != nil {
 		return nil, err
@@ -415,14 +418,17 @@ func indentLines(text, indent string) string {
 	return strings.Join(ls, "\n")
 }
 
-func valuesYAML(repo, pullPolicy, replicas, resources, log, egress string) string {
+func valuesYAML(repo, tag, digest, pullPolicy, replicas, resources, log, egress string) string {
 	return `# Values of the capc-health-shim chart. ` + generatedBy + `
 # The defaults are deploy/base's; docs/install.md explains each.
 
 image:
   repository: ` + repo + `
   # Default: the chart's appVersion.
-  tag: ""
+  tag: "` + tag + `"
+  # sha256:… pins the image (repository:tag@digest); make release-manifests IMAGE=… sets it to the
+  # digest of the image make image built.
+  digest: "` + digest + `"
   pullPolicy: ` + pullPolicy + `
 # Secrets for pulling the image, e.g. [{name: regcred}].
 imagePullSecrets: []
@@ -490,6 +496,7 @@ func valuesSchema() (string, error) {
 		"image": obj(map[string]any{
 			"repository": map[string]any{"type": "string", "minLength": 1},
 			"tag":        str,
+			"digest":     map[string]any{"type": "string", "pattern": "^(sha256:[a-f0-9]{64})?$"},
 			"pullPolicy": map[string]any{"type": "string", "enum": []string{"Always", "IfNotPresent", "Never"}},
 		}, "repository"),
 		"imagePullSecrets": anyList,

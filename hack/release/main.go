@@ -7,6 +7,9 @@
 //	                                                    what clusterctl makes of the components (stdout)
 //	release helm-template --chart DIR --namespace NS [--set k=v]... [--values FILE]...
 //	                                                    what `helm template` renders (stdout)
+//	release image --binary FILE --out DIR [--image REF] the OCI image archive, its digest and SBOM (image.go)
+//	release test-image --out DIR --sim FILE --kubeconfig FILE
+//	                                                    runs the image from its own filesystem (imagetest.go)
 //
 // --root is the repository (default: two directories up from the working directory, i.e. the
 // repository when run from hack/release).
@@ -40,7 +43,7 @@ func defaultRoot() string {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: release manifests|chart|clusterctl|helm-template [flags]")
+		return fmt.Errorf("usage: release manifests|chart|clusterctl|helm-template|image|test-image [flags]")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	root := fs.String("root", defaultRoot(), "the repository")
@@ -51,6 +54,11 @@ func run(args []string) error {
 	chartDir := fs.String("chart", "", "chart directory")
 	namespace := fs.String("namespace", "capc-health-shim-system", "release namespace")
 	release := fs.String("release-name", "capc-health-shim", "release name")
+	binary := fs.String("binary", "", "the release binary (image)")
+	imageRef := fs.String("image", "", "the image reference (default: the base's)")
+	sim := fs.String("sim", "", "the cloudstack-sim binary (test-image)")
+	kubeconfig := fs.String("kubeconfig", "", "a kubeconfig of a test API server (test-image)")
+	digestFile := fs.String("digest-file", "", "pin --image to the digest in this file (manifests, chart)")
 	var sets, valueFiles multi
 	fs.Var(&sets, "set", "a value, as helm --set (repeatable)")
 	fs.Var(&valueFiles, "values", "a values file (repeatable)")
@@ -62,7 +70,7 @@ func run(args []string) error {
 		if *out == "" {
 			return fmt.Errorf("manifests: --out is required")
 		}
-		b, err := loadBase(*root)
+		b, err := loadPinnedBase(*root, *imageRef, *digestFile)
 		if err != nil {
 			return err
 		}
@@ -76,7 +84,7 @@ func run(args []string) error {
 		if *out == "" {
 			return fmt.Errorf("chart: --out is required")
 		}
-		b, err := loadBase(*root)
+		b, err := loadPinnedBase(*root, *imageRef, *digestFile)
 		if err != nil {
 			return err
 		}
@@ -119,8 +127,34 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Print(text)
+	case "image":
+		if *binary == "" || *out == "" {
+			return fmt.Errorf("image: --binary and --out are required")
+		}
+		return makeImage(*root, *binary, *imageRef, *out)
+	case "test-image":
+		if *out == "" || *sim == "" || *kubeconfig == "" {
+			return fmt.Errorf("test-image: --out, --sim and --kubeconfig are required")
+		}
+		return testImage(*root, *out, *sim, *kubeconfig)
 	default:
 		return fmt.Errorf("unknown command %q", args[0])
 	}
 	return nil
+}
+
+// loadPinnedBase is the base, its image pinned to ref@digest when both are given (pin.go).
+func loadPinnedBase(root, ref, digestFile string) (*base, error) {
+	b, err := loadBase(root)
+	if err != nil || (ref == "" && digestFile == "") {
+		return b, err
+	}
+	if ref == "" || digestFile == "" {
+		return nil, fmt.Errorf("--image and --digest-file go together")
+	}
+	digest, err := readDigest(digestFile)
+	if err != nil {
+		return nil, err
+	}
+	return b, pinImage(b, ref, digest)
 }
