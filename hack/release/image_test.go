@@ -152,7 +152,7 @@ func TestTheSBOMFollowsNormalDependenciesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(doc)
-	for _, want := range []string{`"bomFormat": "CycloneDX"`, "pkg:cargo/tokio@1.0.0", "pkg:cargo/bytes@1.1.0", strings.Repeat("f", 64), `"/etc/passwd"`, "2023-11-14T22:13:20Z"} {
+	for _, want := range []string{`"bomFormat": "CycloneDX"`, `"specVersion": "1.6"`, "pkg:cargo/tokio@1.0.0", "pkg:cargo/bytes@1.1.0", strings.Repeat("f", 64), `"/etc/passwd"`, "2023-11-14T22:13:20Z"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("SBOM lacks %s", want)
 		}

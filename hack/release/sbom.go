@@ -200,7 +200,8 @@ func sbomDocument(meta *cargoMetadata, checksums map[string]string, in imageInpu
 	bom.Components = &comps
 	bom.Dependencies = &deps
 	var buf bytes.Buffer
-	if err := cdx.NewBOMEncoder(&buf, cdx.BOMFileFormatJSON).SetPretty(true).Encode(bom); err != nil {
+	// 1.6: the newest version most SBOM tools read today.
+	if err := cdx.NewBOMEncoder(&buf, cdx.BOMFileFormatJSON).SetPretty(true).EncodeVersion(bom, cdx.SpecVersion1_6); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
