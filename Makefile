@@ -257,7 +257,7 @@ test-image: image build apiserver-build
 
 test-image-run:
 	APISERVER_TEST_DIR=target/apiserver-test-image hack/with-apiserver.sh capi-1.9 sh -c \
-		'./target/hack/release-tool test-image --root $(CURDIR) --out $(CURDIR)/$(IMAGE_DIR) --sim target/debug/cloudstack-sim --kubeconfig "$$CAPC_HEALTH_TEST_KUBECONFIG"'
+		'./target/hack/release-tool test-image --root $(CURDIR) --out $(CURDIR)/$(IMAGE_DIR) --binary $(RELEASE_DIR)/capc-health-shim --sim target/debug/cloudstack-sim --kubeconfig "$$CAPC_HEALTH_TEST_KUBECONFIG"'
 
 CONTAINER_ENGINE ?= docker
 image-docker:

@@ -71,6 +71,7 @@ type imageInputs struct {
 	Revision string    // the commit
 	Created  time.Time // the commit's time (SOURCE_DATE_EPOCH): every timestamp in the image
 	License  string
+	Dirty    bool // the work tree differs from Revision
 }
 
 // neededLibraries returns the program interpreter and every shared library the ELF file needs,
@@ -394,29 +395,14 @@ func gitRevision(root string) (commit string, when time.Time, dirty bool, err er
 
 // makeImage is `release-tool image`: the archive, its digest and the SBOM under out.
 func makeImage(root, binary, ref, out string) error {
-	version, err := workspaceVersion(root)
+	in, files, img, err := imageOfCheckout(root, binary, ref)
 	if err != nil {
 		return err
 	}
-	commit, when, dirty, err := gitRevision(root)
-	if err != nil {
-		return err
+	if in.Dirty {
+		fmt.Fprintln(os.Stderr, "image: the work tree has uncommitted changes: the image is not commit "+in.Revision+"'s")
 	}
-	if dirty {
-		fmt.Fprintln(os.Stderr, "image: the work tree has uncommitted changes: the image is not commit "+commit+"'s")
-	}
-	if ref == "" {
-		ref = defaultImageRef(version)
-	}
-	in := imageInputs{Binary: binary, Ref: ref, Version: version, Revision: commit, Created: when, License: "Apache-2.0"}
-	files, err := rootFilesystem(binary)
-	if err != nil {
-		return err
-	}
-	img, err := buildImage(in, files)
-	if err != nil {
-		return err
-	}
+	ref, when := in.Ref, in.Created
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
@@ -448,6 +434,28 @@ func makeImage(root, binary, ref, out string) error {
 		fmt.Printf("  %-45s %9d bytes  from %s\n", f.Path, len(f.Data), f.Origin)
 	}
 	return nil
+}
+
+// imageOfCheckout is the image of the binary built from the repository's checked-out commit.
+func imageOfCheckout(root, binary, ref string) (imageInputs, []imageFile, v1.Image, error) {
+	version, err := workspaceVersion(root)
+	if err != nil {
+		return imageInputs{}, nil, nil, err
+	}
+	commit, when, dirty, err := gitRevision(root)
+	if err != nil {
+		return imageInputs{}, nil, nil, err
+	}
+	if ref == "" {
+		ref = defaultImageRef(version)
+	}
+	in := imageInputs{Binary: binary, Ref: ref, Version: version, Revision: commit, Created: when, License: "Apache-2.0", Dirty: dirty}
+	files, err := rootFilesystem(binary)
+	if err != nil {
+		return in, nil, nil, err
+	}
+	img, err := buildImage(in, files)
+	return in, files, img, err
 }
 
 // defaultImageRef is the reference the base's Deployment names.

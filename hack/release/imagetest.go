@@ -54,6 +54,8 @@ const (
 type imageTest struct {
 	root, work, rootfs string
 	config             v1.Config
+	digest             v1.Hash // the digest file's
+	ref                string  // the name the archive's index gives the image
 	lines              []string
 }
 
@@ -63,7 +65,7 @@ func (t *imageTest) say(format string, args ...any) {
 	t.lines = append(t.lines, line)
 }
 
-func testImage(root, out, simBin, kubeconfig string) error {
+func testImage(root, out, binary, simBin, kubeconfig string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("test-image needs root: it mounts the image's files read-only in a mount namespace of its own and chroots there as user %d (run make test as root, or sudo make test-image)", imageUser)
 	}
@@ -78,6 +80,7 @@ func testImage(root, out, simBin, kubeconfig string) error {
 		run  func() error
 	}{
 		{"unpack", func() error { return t.unpack(out) }},
+		{"current", func() error { return t.current(out, binary) }},
 		{"contents", t.contents},
 		{"version", t.version},
 		{"tls", func() error { return t.checkTLS(simBin) }},
@@ -121,6 +124,10 @@ func (t *imageTest) unpack(out string) error {
 	}
 	if len(im.Manifests) != 1 || im.Manifests[0].Digest != digest {
 		return fmt.Errorf("the archive's index holds %d manifests, want exactly %s", len(im.Manifests), digest)
+	}
+	t.digest, t.ref = digest, im.Manifests[0].Annotations["io.containerd.image.name"]
+	if t.ref == "" {
+		return fmt.Errorf("the archive's index does not name the image (io.containerd.image.name)")
 	}
 	img, err := idx.Image(digest)
 	if err != nil {
@@ -174,6 +181,44 @@ func (t *imageTest) unpack(out string) error {
 	flat := mutate.Extract(img)
 	defer flat.Close()
 	return untarReader(flat, t.rootfs, true)
+}
+
+// current: the archive is the image of the release binary and the checked-out commit — built
+// again here, it has the same digest and the archive the same bytes (a stale target/image, or an
+// image that is not a function of its inputs, fails).
+func (t *imageTest) current(out, binary string) error {
+	_, _, img, err := imageOfCheckout(t.root, binary, t.ref)
+	if err != nil {
+		return err
+	}
+	again, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	if again != t.digest {
+		return fmt.Errorf("built again from %s and the checkout, the image is %s, not %s: make image again", binary, again, t.digest)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	archive := filepath.Join(t.work, "again.tar")
+	if err := writeArchive(img, t.ref, archive, cf.Created.Time); err != nil {
+		return err
+	}
+	a, err := os.ReadFile(archive)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(out, archiveName))
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(a, b) {
+		return fmt.Errorf("built again, the archive differs from %s", archiveName)
+	}
+	t.say("built again from the binary and the checkout: the same digest and a byte-identical archive (%d bytes)", len(a))
+	return nil
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }

@@ -8,7 +8,7 @@
 //	release helm-template --chart DIR --namespace NS [--set k=v]... [--values FILE]...
 //	                                                    what `helm template` renders (stdout)
 //	release image --binary FILE --out DIR [--image REF] the OCI image archive, its digest and SBOM (image.go)
-//	release test-image --out DIR --sim FILE --kubeconfig FILE
+//	release test-image --out DIR --binary FILE --sim FILE --kubeconfig FILE
 //	                                                    runs the image from its own filesystem (imagetest.go)
 //
 // --root is the repository (default: two directories up from the working directory, i.e. the
@@ -133,10 +133,10 @@ func run(args []string) error {
 		}
 		return makeImage(*root, *binary, *imageRef, *out)
 	case "test-image":
-		if *out == "" || *sim == "" || *kubeconfig == "" {
-			return fmt.Errorf("test-image: --out, --sim and --kubeconfig are required")
+		if *out == "" || *binary == "" || *sim == "" || *kubeconfig == "" {
+			return fmt.Errorf("test-image: --out, --binary, --sim and --kubeconfig are required")
 		}
-		return testImage(*root, *out, *sim, *kubeconfig)
+		return testImage(*root, *out, *binary, *sim, *kubeconfig)
 	default:
 		return fmt.Errorf("unknown command %q", args[0])
 	}
