@@ -515,6 +515,11 @@ func (t *imageTest) runReady(kubeconfig string) error {
 		}
 	}
 	ready := time.Since(started)
+	who, err := processUserAndRoot(cmd.Process.Pid)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return err
+	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-done:
@@ -525,8 +530,45 @@ func (t *imageTest) runReady(kubeconfig string) error {
 		_ = cmd.Process.Kill()
 		return fmt.Errorf("run did not stop within 30 s of SIGTERM")
 	}
-	t.say("run (the image's cmd) against the test API server: /readyz %s after %.1f s over HTTPS; exit 0 on SIGTERM", last, ready.Seconds())
+	t.say("run (the image's cmd) against the test API server: /readyz %s after %.1f s over HTTPS, %s; exit 0 on SIGTERM", last, ready.Seconds(), who)
 	return nil
+}
+
+// processUserAndRoot reads, from /proc, that the process runs as the image's user (real,
+// effective, saved and filesystem uid) and that its root is mounted read-only.
+func processUserAndRoot(pid int) (string, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "", err
+	}
+	var uids []string
+	for _, l := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(l, "Uid:") {
+			uids = strings.Fields(strings.TrimPrefix(l, "Uid:"))
+		}
+	}
+	for _, u := range uids {
+		if u != strconv.Itoa(imageUser) {
+			return "", fmt.Errorf("the shim runs with uids %v, want %d", uids, imageUser)
+		}
+	}
+	mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		return "", err
+	}
+	for _, l := range strings.Split(string(mounts), "\n") {
+		// mountinfo: id parent major:minor root mount-point options … (proc(5))
+		f := strings.Fields(l)
+		if len(f) > 5 && f[4] == "/" {
+			for _, o := range strings.Split(f[5], ",") {
+				if o == "ro" {
+					return fmt.Sprintf("uid %s, root mounted %s", uids[0], f[5]), nil
+				}
+			}
+			return "", fmt.Errorf("the shim's root is mounted %s, want ro", f[5])
+		}
+	}
+	return "", fmt.Errorf("no root mount in /proc/%d/mountinfo", pid)
 }
 
 func firstLineWith(text, word string) string {
