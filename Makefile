@@ -201,8 +201,12 @@ docs:
 
 ## make release: optimised binaries, copied to target/release-artifacts/ (~7 min from cold here)
 RELEASE_DIR := $(or $(CARGO_TARGET_DIR),target)/release
+## Each binary on its own (--bin): a workspace build would unify the features of both binaries'
+## dependencies, and the shim would then differ from the one make image builds and ships.
+RELEASE_SHIM_BUILD = $(CARGO) build --release --locked --bin capc-health-shim
 release:
-	$(CARGO) build --release --workspace --bins
+	$(RELEASE_SHIM_BUILD)
+	$(CARGO) build --release --locked --bin cloudstack-sim
 	mkdir -p target/release-artifacts
 	cp $(RELEASE_DIR)/capc-health-shim $(RELEASE_DIR)/cloudstack-sim target/release-artifacts/
 	cd target/release-artifacts && sha256sum capc-health-shim cloudstack-sim > SHA256SUMS
@@ -245,8 +249,10 @@ test-release:
 IMAGE ?=
 IMAGE_DIR := target/image
 image: release-tool
-	$(PROGRESS) "the release binary (cargo build --release)" $(CARGO) build --release --locked --bin capc-health-shim
-	./target/hack/release-tool image --root $(CURDIR) --binary $(RELEASE_DIR)/capc-health-shim --out $(CURDIR)/$(IMAGE_DIR) $(if $(IMAGE),--image $(IMAGE))
+	$(PROGRESS) "the release binary (cargo build --release)" $(RELEASE_SHIM_BUILD)
+	@# the image's binary, kept next to it (make test-image builds the image again from it)
+	mkdir -p $(IMAGE_DIR) && cp $(RELEASE_DIR)/capc-health-shim $(IMAGE_DIR)/capc-health-shim
+	./target/hack/release-tool image --root $(CURDIR) --binary $(IMAGE_DIR)/capc-health-shim --out $(CURDIR)/$(IMAGE_DIR) $(if $(IMAGE),--image $(IMAGE))
 
 ## make test-image: the image from its own filesystem (layers unpacked, run as 65532 on a read-only
 ## root, chroot in a mount namespace of its own: needs root): `--version`, `check` over TLS with and
@@ -257,7 +263,7 @@ test-image: image build apiserver-build
 
 test-image-run:
 	APISERVER_TEST_DIR=target/apiserver-test-image hack/with-apiserver.sh capi-1.9 sh -c \
-		'./target/hack/release-tool test-image --root $(CURDIR) --out $(CURDIR)/$(IMAGE_DIR) --binary $(RELEASE_DIR)/capc-health-shim --sim target/debug/cloudstack-sim --kubeconfig "$$CAPC_HEALTH_TEST_KUBECONFIG"'
+		'./target/hack/release-tool test-image --root $(CURDIR) --out $(CURDIR)/$(IMAGE_DIR) --binary $(IMAGE_DIR)/capc-health-shim --sim target/debug/cloudstack-sim --kubeconfig "$$CAPC_HEALTH_TEST_KUBECONFIG"'
 
 CONTAINER_ENGINE ?= docker
 image-docker:
