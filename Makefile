@@ -263,15 +263,16 @@ test-image: image build apiserver-build
 
 test-image-run:
 	APISERVER_TEST_DIR=target/apiserver-test-image hack/with-apiserver.sh capi-1.9 sh -c \
-		'./target/hack/release-tool test-image --root $(CURDIR) --out $(CURDIR)/$(IMAGE_DIR) --binary $(IMAGE_DIR)/capc-health-shim --sim target/debug/cloudstack-sim --kubeconfig "$$CAPC_HEALTH_TEST_KUBECONFIG"'
+		'./target/hack/release-tool test-image --root $(CURDIR) --out $(CURDIR)/$(IMAGE_DIR) --binary $(IMAGE_DIR)/capc-health-shim --sim target/debug/cloudstack-sim --crane target/tools/crane --kubeconfig "$$CAPC_HEALTH_TEST_KUBECONFIG"'
 
 CONTAINER_ENGINE ?= docker
 image-docker:
 	$(CONTAINER_ENGINE) build --build-arg CAPC_HEALTH_SHIM_COMMIT=$$(git rev-parse HEAD) -t $(or $(IMAGE),capc-health-shim:dev) .
 
-## the release tool itself (hack/release)
+## the release tool itself (hack/release), and crane from the same module graph (make test-image pushes with it)
 release-tool:
 	$(RELEASE_BUILD) "hack/release (kustomize, clusterctl, Helm, go-containerregistry modules)" $(GO) build -o $(CURDIR)/target/hack/release-tool .
+	$(RELEASE_GO) build -o $(CURDIR)/target/tools/crane github.com/google/go-containerregistry/cmd/crane
 
 ## make fuzz: the five fuzz targets of fuzz/ (parser, error envelope, signer, scenario loader,
 ## condition upsert), FUZZ_SECONDS each (default 20), on the stable toolchain (`cargo fuzz -s none`,

@@ -46,6 +46,8 @@ const (
 	archiveName = "capc-health-shim-oci.tar"
 	digestName  = "digest"
 	sbomName    = "capc-health-shim.cdx.json"
+	// layoutDirName is the same OCI layout as the archive, unpacked.
+	layoutDirName = "oci"
 )
 
 // libraryDirs are searched, in order, for a shared library the binary needs (the multiarch
@@ -298,14 +300,13 @@ func buildImage(in imageInputs, files []imageFile) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
-// writeArchive writes the image as an OCI image layout in a tar (what `skopeo copy oci-archive:`
-// and `kind load image-archive` read), its index naming it by ref, with fixed times and owners.
-func writeArchive(img v1.Image, ref, archive string, mtime time.Time) error {
-	dir, err := os.MkdirTemp("", "capc-image-layout-")
-	if err != nil {
+// writeArchive writes the image as an OCI image layout into dir (what `crane push DIR` reads) and
+// the same in a tar (what `skopeo copy oci-archive:` and `kind load image-archive` read), its
+// index naming it by ref, with fixed times and owners.
+func writeArchive(img v1.Image, ref, dir, archive string, mtime time.Time) error {
+	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
 	p, err := layout.Write(dir, empty.Index)
 	if err != nil {
 		return err
@@ -407,7 +408,7 @@ func makeImage(root, binary, ref, out string) error {
 		return err
 	}
 	archive := filepath.Join(out, archiveName)
-	if err := writeArchive(img, ref, archive, when); err != nil {
+	if err := writeArchive(img, ref, filepath.Join(out, layoutDirName), archive, when); err != nil {
 		return err
 	}
 	digest, err := img.Digest()

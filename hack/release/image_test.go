@@ -56,7 +56,7 @@ func TestTheImageIsAFunctionOfItsInputs(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.tar"), filepath.Join(dir, "b.tar")
 	for _, p := range []string{a, b} {
-		if err := writeArchive(img, in.Ref, p, in.Created); err != nil {
+		if err := writeArchive(img, in.Ref, p+".d", p, in.Created); err != nil {
 			t.Fatal(err)
 		}
 	}

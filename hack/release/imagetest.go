@@ -19,9 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path"
@@ -32,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -65,7 +68,7 @@ func (t *imageTest) say(format string, args ...any) {
 	t.lines = append(t.lines, line)
 }
 
-func testImage(root, out, binary, simBin, kubeconfig string) error {
+func testImage(root, out, binary, simBin, kubeconfig, crane string) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("test-image needs root: it mounts the image's files read-only in a mount namespace of its own and chroots there as user %d (run make test as root, or sudo make test-image)", imageUser)
 	}
@@ -81,6 +84,7 @@ func testImage(root, out, binary, simBin, kubeconfig string) error {
 	}{
 		{"unpack", func() error { return t.unpack(out) }},
 		{"current", func() error { return t.current(out, binary) }},
+		{"push", func() error { return t.push(out, crane) }},
 		{"contents", t.contents},
 		{"version", t.version},
 		{"tls", func() error { return t.checkTLS(simBin) }},
@@ -203,7 +207,7 @@ func (t *imageTest) current(out, binary string) error {
 		return err
 	}
 	archive := filepath.Join(t.work, "again.tar")
-	if err := writeArchive(img, t.ref, archive, cf.Created.Time); err != nil {
+	if err := writeArchive(img, t.ref, filepath.Join(t.work, "again"), archive, cf.Created.Time); err != nil {
 		return err
 	}
 	a, err := os.ReadFile(archive)
@@ -218,6 +222,34 @@ func (t *imageTest) current(out, binary string) error {
 		return fmt.Errorf("built again, the archive differs from %s", archiveName)
 	}
 	t.say("built again from the binary and the checkout: the same digest and a byte-identical archive (%d bytes)", len(a))
+	return nil
+}
+
+// push: the layout directory pushed with crane (the command the docs give) to a registry (go-
+// containerregistry's, in this process) arrives under its digest, and the registry serves it.
+func (t *imageTest) push(out, crane string) error {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/capc-health-shim:v0.1.0"
+	run := func(args ...string) (string, error) {
+		out, err := exec.Command(crane, args...).CombinedOutput()
+		if err != nil {
+			return "", fmt.Errorf("crane %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	pushed, err := run("push", filepath.Join(out, layoutDirName), ref)
+	if err != nil {
+		return err
+	}
+	got, err := run("digest", ref)
+	if err != nil {
+		return err
+	}
+	if !strings.HasSuffix(pushed, "@"+t.digest.String()) || got != t.digest.String() {
+		return fmt.Errorf("crane push printed %q and the registry serves %s, want %s", pushed, got, t.digest)
+	}
+	t.say("crane push %s to a registry: it serves %s as %s", layoutDirName, got, ref)
 	return nil
 }
 

@@ -8,7 +8,7 @@
 //	release helm-template --chart DIR --namespace NS [--set k=v]... [--values FILE]...
 //	                                                    what `helm template` renders (stdout)
 //	release image --binary FILE --out DIR [--image REF] the OCI image archive, its digest and SBOM (image.go)
-//	release test-image --out DIR --binary FILE --sim FILE --kubeconfig FILE
+//	release test-image --out DIR --binary FILE --sim FILE --kubeconfig FILE [--crane FILE]
 //	                                                    runs the image from its own filesystem (imagetest.go)
 //
 // --root is the repository (default: two directories up from the working directory, i.e. the
@@ -58,6 +58,7 @@ func run(args []string) error {
 	imageRef := fs.String("image", "", "the image reference (default: the base's)")
 	sim := fs.String("sim", "", "the cloudstack-sim binary (test-image)")
 	kubeconfig := fs.String("kubeconfig", "", "a kubeconfig of a test API server (test-image)")
+	crane := fs.String("crane", "crane", "the crane command (test-image pushes the image with it)")
 	digestFile := fs.String("digest-file", "", "pin --image to the digest in this file (manifests, chart)")
 	var sets, valueFiles multi
 	fs.Var(&sets, "set", "a value, as helm --set (repeatable)")
@@ -136,7 +137,7 @@ func run(args []string) error {
 		if *out == "" || *binary == "" || *sim == "" || *kubeconfig == "" {
 			return fmt.Errorf("test-image: --out, --binary, --sim and --kubeconfig are required")
 		}
-		return testImage(*root, *out, *binary, *sim, *kubeconfig)
+		return testImage(*root, *out, *binary, *sim, *kubeconfig, *crane)
 	default:
 		return fmt.Errorf("unknown command %q", args[0])
 	}
