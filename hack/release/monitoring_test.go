@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -81,5 +83,52 @@ func TestTheChartRendersTheMonitoringComponent(t *testing.T) {
 	}
 	if _, err := helmTemplate(chartDir(t), "capc-health-shim", ns, nil, []string{"monitoring.prometheusRules.enabled=true"}); err == nil {
 		t.Error("a misspelt monitoring value was accepted")
+	}
+}
+
+// The component itself, as `kubectl apply -k` builds an overlay with it (kustomize's library):
+// the PrometheusRule, and the dashboard ConfigMap with the sidecar's label, no name hash, and
+// dashboard.json byte for byte.
+func TestTheMonitoringComponentBuildsWithTheBase(t *testing.T) {
+	root := repoRoot(t)
+	overlay := t.TempDir()
+	// kustomize wants relative paths to other kustomizations.
+	rel := func(p string) string {
+		r, err := filepath.Rel(overlay, filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	kust := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " +
+		rel("deploy/base") + "\ncomponents:\n  - " + rel(monitoringDir) + "\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), overlay)
+	if err != nil {
+		t.Fatalf("kustomize build of base + %s: %v", monitoringDir, err)
+	}
+	text, err := m.AsYaml()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byKey(t, parseDocs(t, string(text)))
+	if _, ok := got["PrometheusRule/capc-health-shim"]; !ok {
+		t.Error("no PrometheusRule")
+	}
+	cm, ok := got["ConfigMap/"+dashboardConfigMap]
+	if !ok {
+		t.Fatalf("no ConfigMap %s (a name hash?)", dashboardConfigMap)
+	}
+	dashboard, _ := os.ReadFile(filepath.Join(root, monitoringDir, "dashboard.json"))
+	if get(cm, "data", "capc-health-shim.json") != string(dashboard) {
+		t.Error("the ConfigMap's dashboard is not dashboard.json")
+	}
+	if labels(cm)["grafana_dashboard"] != "1" || get(cm, "metadata", "namespace") != "capc-health-shim-system" {
+		t.Errorf("ConfigMap metadata %v", cm["metadata"])
+	}
+	if len(got) != len(baseObjects(t, mustBase(t)))+2 {
+		t.Errorf("%d objects, want the base's and two", len(got))
 	}
 }
