@@ -20,7 +20,7 @@ VENV := target/venv
 
 .PHONY: all build demo demo-sim test test-build test-rust test-rust-build test-rust-run test-e2e-run test-conformance-run test-conformance venv test-e2e e2e-negative-control e2e-load e2e e2e-build e2e-build-114 bench timings lint fmt clean \
 	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image image-docker test-image test-image-run release-tool fuzz \
-	release-manifests test-release
+	release-manifests test-release test-monitoring promtool
 
 all: build
 
@@ -48,12 +48,12 @@ demo-sim: build
 ## make test: every test — Rust unit/integration/property tests, the `cs` (PyPI) conformance test, and
 ## the end-to-end scenarios 1, 3 and 7 with their baselines and 8 (deletion races) (real CAPI + CAPC, see tests/e2e/README.md),
 ## the negative control (make e2e-negative-control) and the CloudStack load count (TestCloudStackLoad),
-## hack/release's tests (make test-release) and the container image run from its own files (make test-image).
+## hack/release's tests (make test-release), the alert unit tests (make test-monitoring) and the container image run from its own files (make test-image).
 ## Everything is built first (the image too); then two lanes run side by side (hack/lanes.sh), each with API servers
 ## of its own: the Rust tests, and the conformance + e2e tests. Both mostly wait on (scaled) timers,
 ## so together they take about as long as the longer one; each lane's output is prefixed with its
 ## name and kept in target/test-logs/. `make test-rust` / `make test-e2e` run one lane alone.
-test: test-release test-build
+test: test-release test-monitoring test-build
 	hack/lanes.sh rust '$(MAKE) --no-print-directory test-image-run test-rust-run' \
 		e2e '$(MAKE) --no-print-directory test-conformance-run test-e2e-run'
 
@@ -239,6 +239,21 @@ release-manifests: release-tool $(if $(IMAGE),image)
 test-release:
 	$(RELEASE_BUILD) "hack/release's tests (kustomize, clusterctl, Helm modules)" $(GO) test -count=1 ./...
 
+## make test-monitoring: deploy/components/monitoring checked with promtool, built from the Prometheus
+## Go module (hack/monitoring, its own go.mod; the first build downloads and compiles it, several
+## minutes): `promtool check rules` on the PrometheusRule's groups, `promtool test rules` (each alert
+## fires on its trouble and stays silent on a benign series), and the metric names every rule and
+## dashboard query names (PromQL parsed by Prometheus' parser) against hack/monitoring/testdata/
+## queried-metrics.txt, which tests/monitoring_metrics.rs finds in the shim's /metrics.
+MONITORING_GO := cd hack/monitoring && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
+MONITORING_BUILD := cd hack/monitoring && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(PROGRESS)
+PROMTOOL := $(CURDIR)/target/tools/promtool
+promtool:
+	$(MONITORING_BUILD) "promtool (the Prometheus Go module, hack/monitoring)" $(GO) build -o $(PROMTOOL) github.com/prometheus/prometheus/cmd/promtool
+
+test-monitoring: promtool
+	$(MONITORING_GO) test -count=1 ./...
+
 ## make image: the container image, without a container daemon and without a base image
 ## (hack/release, go-containerregistry): the release binary, exactly the shared libraries it needs,
 ## a CA bundle and /etc/passwd, /etc/group for user 65532, as an OCI image layout in a tar →
@@ -297,6 +312,8 @@ lint:
 	$(E2E_GO) vet ./...
 	@test -z "$$(cd hack/release && gofmt -l .)" || { echo "gofmt needed in hack/release:"; cd hack/release && gofmt -l .; exit 1; }
 	$(RELEASE_GO) vet ./...
+	@test -z "$$(cd hack/monitoring && gofmt -l .)" || { echo "gofmt needed in hack/monitoring:"; cd hack/monitoring && gofmt -l .; exit 1; }
+	$(MONITORING_GO) vet ./...
 
 fmt:
 	$(CARGO) fmt --all

@@ -747,6 +747,41 @@ fn service_monitor_crd() -> Value {
     })
 }
 
+/// The PrometheusRule CRD (deploy/components/monitoring), a stand-in as [`service_monitor_crd`]
+/// is: the real group, kind and scope, and the Prometheus Operator's schema for the rule fields
+/// (no unknown fields: a misspelt `annotation` or `for` is refused under strict validation).
+fn prometheus_rule_crd() -> Value {
+    let duration = json!({"type": "string",
+        "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"});
+    let strings = json!({"type": "object", "additionalProperties": {"type": "string"}});
+    let rule = json!({"type": "object", "required": ["expr"], "properties": {
+        "alert": {"type": "string"}, "record": {"type": "string"},
+        "expr": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]},
+        "for": duration.clone(), "keep_firing_for": duration.clone(),
+        "labels": strings.clone(), "annotations": strings}});
+    let group = json!({"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string", "minLength": 1}, "interval": duration,
+        "rules": {"type": "array", "items": rule}}});
+    let schema = json!({"type": "object", "required": ["spec"], "properties": {
+        "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        "spec": {"type": "object", "properties": {"groups": {"type": "array", "items": group,
+            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}}}}});
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "prometheusrules.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "names": {"kind": "PrometheusRule", "listKind": "PrometheusRuleList",
+                      "plural": "prometheusrules", "singular": "prometheusrule", "shortNames": ["promrule"]},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": schema}}]
+        }
+    })
+}
+
 async fn apply(
     client: &Client,
     gvk: &GroupVersionKind,
@@ -809,19 +844,20 @@ async fn round_trips(client: &Client, gvk: &GroupVersionKind) -> bool {
         .any(|v| v.storage && v.name == gvk.version)
 }
 
-async fn ensure_service_monitor_crd(client: &Client) {
-    let crd = service_monitor_crd();
-    apply(client, &gvk_of(&crd), None, &crd, false)
-        .await
-        .expect("ServiceMonitor stand-in CRD");
-    let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", "ServiceMonitor");
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !is_served(client, &gvk).await {
-        assert!(
-            std::time::Instant::now() < until,
-            "ServiceMonitor CRD not served"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+async fn ensure_monitoring_crds(client: &Client) {
+    for (crd, kind) in [
+        (service_monitor_crd(), "ServiceMonitor"),
+        (prometheus_rule_crd(), "PrometheusRule"),
+    ] {
+        apply(client, &gvk_of(&crd), None, &crd, false)
+            .await
+            .unwrap_or_else(|e| panic!("{kind} stand-in CRD: {e}"));
+        let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", kind);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !is_served(client, &gvk).await {
+            assert!(std::time::Instant::now() < until, "{kind} CRD not served");
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
     }
 }
 
@@ -829,7 +865,7 @@ async fn ensure_service_monitor_crd(client: &Client) {
 #[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn every_manifest_applies_server_side_dry_run_then_for_real() {
     let client = kube_client().await;
-    ensure_service_monitor_crd(&client).await;
+    ensure_monitoring_crds(&client).await;
 
     // The MHC versions this profile serves: each example applies where its version is served,
     // and the profile decides which that is (so a test that applied nothing cannot pass).

@@ -2,6 +2,7 @@
 //! /status (through `capc-health-shim status`), /metrics, and SIGTERM releasing the Lease.
 
 mod kube_support;
+mod metric_names;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -125,6 +126,26 @@ async fn the_binary_leads_publishes_reports_and_stops_cleanly() {
         "{metrics}"
     );
     assert!(metrics.contains("capc_health_leader 1"), "{metrics}");
+    // What deploy/components/monitoring queries is on this running shim's /metrics, but for
+    // the families whose series only an event this test does not cause creates (no orphan, no
+    // remnant, no guest probe, no failed poll, no escalation in condition mode);
+    // tests/monitoring_metrics.rs finds those after recording each.
+    let not_here = [
+        "capc_health_orphan_vms",
+        "capc_health_remnant_objects",
+        "capc_health_probe_events_total",
+        "capc_health_scope_poll_failures_total",
+        "capc_health_escalations_total",
+    ];
+    let exported = metric_names::exported(&metrics);
+    let missing: Vec<_> = metric_names::queried()
+        .into_iter()
+        .filter(|n| !exported.contains(n) && !not_here.contains(&n.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "queried by deploy/components/monitoring, not on the shim's /metrics: {missing:?}\n{metrics}"
+    );
 
     // SIGTERM: clean exit, Lease released.
     let pid = child.id().to_string();

@@ -379,7 +379,10 @@ appVersion: %q
 	} else if tag != "v"+b.version {
 		return nil, fmt.Errorf("deploy/base's image tag %q is not v%s, the workspace version", tag, b.version)
 	}
-	files["values.yaml"] = valuesYAML(repo, valuesTag, digest, pullPolicy, replicas, resourcesYAML, logDefault, egressYAML)
+	files["values.yaml"] = valuesYAML(repo, valuesTag, digest, pullPolicy, replicas, resourcesYAML, logDefault, egressYAML) + monitoringValues
+	if err := addMonitoring(b.root, files); err != nil {
+		return nil, err
+	}
 	schema, err := valuesSchema()
 	if err != nil {
 		return nil, err
@@ -521,6 +524,7 @@ func valuesSchema() (string, error) {
 			"enabled": map[string]any{"type": "boolean"},
 			"egress":  anyList,
 		}),
+		"monitoring": monitoringSchema(),
 	})
 	schema["$schema"] = "http://json-schema.org/draft-07/schema#"
 	schema["title"] = "capc-health-shim chart values (" + generatedBy + ")"

@@ -57,6 +57,7 @@ impl Controller {
                     record_failure(scope, why, graces, now);
                 }
                 metrics.observe_poll(key, started.elapsed().as_secs_f64());
+                metrics.record_scope_poll(key, polled.unwrap_or(Err("deadline")));
                 let after = scope.polled.client.stats();
                 record_call_deltas(metrics, &calls_before, &after);
                 let waited = after
@@ -111,7 +112,7 @@ async fn poll_scope(
     graces: &Graces,
     now: Timestamp,
     usage_until: tokio::time::Instant,
-) {
+) -> Result<(), &'static str> {
     let was_failing = scope.report.last_error.is_some();
     scope.report.last_poll = Some(now);
     let o = scope
@@ -166,6 +167,7 @@ async fn poll_scope(
         .map(|((cmd, outcome), n)| (format!("{cmd}/{outcome}"), *n))
         .collect();
     scope.report.rate_limit_wait_seconds = stats.rate_limit_wait.as_secs_f64();
+    o.listing_error.as_ref().map_or(Ok(()), |e| Err(e.kind()))
 }
 
 /// Adds to `capc_health_cloudstack_calls_total` what a client did between two of its stats.

@@ -164,6 +164,7 @@ pub struct Metrics {
     /// Scopes the per-scope families have a label set for, so that a scope's series go when
     /// the scope does ([`Metrics::forget_gone`]): clusters and scopes come and go for weeks.
     scopes_seen: Mutex<BTreeSet<String>>,
+    standing: standing::Standing,
 }
 
 impl Default for Metrics {
@@ -291,7 +292,9 @@ impl Metrics {
             "Objects of CAPC clusters left behind: stuck deleting, or their owner or Cluster gone (never deleted or patched by the shim)",
             remnant_objects.clone(),
         );
+        let standing = standing::Standing::register(&mut registry);
         Self {
+            standing,
             registry,
             verdicts,
             verdicts_seen: Mutex::new(BTreeSet::new()),
@@ -465,8 +468,10 @@ impl Metrics {
             };
             self.poll_duration.remove(&labels);
             self.mass_failure_held.remove(&labels);
+            self.standing.scope_up.remove(&labels);
         }
         seen.retain(|s| scopes.contains(s));
+        self.standing.forget_scopes(scopes);
         drop(seen);
         let mut orphans = lock(&self.orphans_seen);
         // An orphan without a Cluster label counts against its scope alone.
@@ -591,6 +596,9 @@ impl Metrics {
         out
     }
 }
+
+mod standing;
+pub use standing::{ClusterLabels, FalseLabels, PollFailureLabels};
 
 #[cfg(test)]
 mod tests;

@@ -307,3 +307,79 @@ fn series_of_gone_scopes_and_clusters_are_removed_not_kept_at_zero() {
         "{after}"
     );
 }
+
+#[test]
+fn standing_false_machines_count_per_cluster_and_reason_and_the_oldest_ages() {
+    use crate::status::{ClusterReport, MachineReport};
+    let now: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+    let machine = |verdict, reason: &str, since: &str| MachineReport {
+        verdict: Some(verdict),
+        reason: Some(reason.to_string()),
+        since: Some(since.parse().unwrap()),
+        ..Default::default()
+    };
+    let mut clusters = BTreeMap::new();
+    let mut a = ClusterReport::default();
+    a.machines.insert(
+        "a-1".into(),
+        machine(Status::False, "VMStopped", "2026-01-01T00:30:00Z"),
+    );
+    a.machines.insert(
+        "a-2".into(),
+        machine(Status::False, "VMStopped", "2026-01-01T00:50:00Z"),
+    );
+    a.machines.insert(
+        "a-3".into(),
+        machine(Status::True, "VMHealthy", "2026-01-01T00:00:00Z"),
+    );
+    clusters.insert("ns/a".to_string(), a);
+    let mut b = ClusterReport::default();
+    b.machines.insert(
+        "b-1".into(),
+        machine(Status::True, "VMHealthy", "2026-01-01T00:00:00Z"),
+    );
+    clusters.insert("ns/b".to_string(), b);
+    let m = Metrics::new();
+    m.set_standing_false(&clusters, now);
+    let text = m.encode();
+    assert_line(
+        &text,
+        "capc_health_false_machines{cluster=\"ns/a\",reason=\"VMStopped\"} 2",
+    );
+    assert_line(
+        &text,
+        "capc_health_oldest_false_seconds{cluster=\"ns/a\"} 1800",
+    );
+    assert!(!text.contains("cluster=\"ns/b\""), "{text}");
+    // The Machines recycled: no False Machine, no series (the alert's silence).
+    clusters.get_mut("ns/a").unwrap().machines.clear();
+    m.set_standing_false(&clusters, now);
+    let text = m.encode();
+    assert!(!text.contains("capc_health_false_machines{"), "{text}");
+    assert!(
+        !text.contains("capc_health_oldest_false_seconds{"),
+        "{text}"
+    );
+}
+
+#[test]
+fn scope_polls_set_up_and_count_failures_by_kind_until_the_scope_goes() {
+    let m = Metrics::new();
+    let s = "https://cs.example/client/api zone=z1";
+    m.record_scope_poll(s, Err("unauthorized"));
+    m.record_scope_poll(s, Err("unauthorized"));
+    let text = m.encode();
+    assert_line(&text, &format!("capc_health_scope_up{{scope=\"{s}\"}} 0"));
+    assert_line(
+        &text,
+        &format!("capc_health_scope_poll_failures_total{{scope=\"{s}\",kind=\"unauthorized\"}} 2"),
+    );
+    m.record_scope_poll(s, Ok(()));
+    assert_line(
+        &m.encode(),
+        &format!("capc_health_scope_up{{scope=\"{s}\"}} 1"),
+    );
+    m.forget_gone(&BTreeSet::new(), &BTreeSet::new());
+    let text = m.encode();
+    assert!(!text.contains(s), "{text}");
+}
