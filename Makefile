@@ -202,11 +202,12 @@ docs:
 ## make release: optimised binaries, copied to target/release-artifacts/ (~7 min from cold here)
 RELEASE_DIR := $(or $(CARGO_TARGET_DIR),target)/release
 ## Each binary on its own (--bin): a workspace build would unify the features of both binaries'
-## dependencies, and the shim would then differ from the one make image builds and ships.
+## dependencies, and the shim would then differ from the one make image builds and ships. The
+## simulator's package is not among the default-run members, so it is named with -p.
 RELEASE_SHIM_BUILD = $(CARGO) build --release --locked --bin capc-health-shim
 release:
 	$(RELEASE_SHIM_BUILD)
-	$(CARGO) build --release --locked --bin cloudstack-sim
+	$(CARGO) build --release --locked -p cloudstack-sim --bin cloudstack-sim
 	mkdir -p target/release-artifacts
 	cp $(RELEASE_DIR)/capc-health-shim $(RELEASE_DIR)/cloudstack-sim target/release-artifacts/
 	cd target/release-artifacts && sha256sum capc-health-shim cloudstack-sim > SHA256SUMS
