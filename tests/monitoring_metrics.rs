@@ -77,7 +77,7 @@ fn recorded() -> Metrics {
             ..Default::default()
         },
     );
-    m.set_standing_false(
+    m.set_standing(
         &BTreeMap::from([("ns/c1".to_string(), cluster)]),
         jiff::Timestamp::now(),
     );

@@ -51,7 +51,7 @@ impl Controller {
                 .insert(t.machine.name.clone(), report);
         }
         self.metrics.set_verdict_counts(&verdict_counts(&clusters));
-        self.metrics.set_standing_false(&clusters, now);
+        self.metrics.set_standing(&clusters, now);
         let failure_domains = failure_domains(&clusters);
         let (orphans, orphan_detection) = self.orphan_report();
         let (remnants, remnant_detection) = self.remnant_report();

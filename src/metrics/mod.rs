@@ -504,7 +504,7 @@ impl Metrics {
 
 mod findings;
 mod standing;
-pub use standing::{ClusterLabels, FalseLabels, PollFailureLabels};
+pub use standing::{ClusterLabels, MachineLabels, PollFailureLabels};
 
 #[cfg(test)]
 mod tests;

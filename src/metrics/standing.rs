@@ -1,5 +1,5 @@
-//! What stands now, per cluster and per scope: Machines `False` and how long the oldest has
-//! been, whether each scope's last poll succeeded and why its polls failed. The alerts of
+//! What stands now, per cluster and per scope: each Cluster's Machines by verdict, how long
+//! its oldest `False` verdict has stood, whether each scope's last poll succeeded and why its polls failed. The alerts of
 //! `deploy/components/monitoring` and docs/alerts.md read these.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,10 +16,11 @@ use super::{lock, Metrics, ScopeLabels};
 use crate::status::ClusterReport;
 use crate::verdict::Status;
 
-/// Machines standing `False`: their Cluster (`namespace/name`) and the verdict's reason.
+/// Judged Machines: their Cluster (`namespace/name`), the verdict's status and reason.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
-pub struct FalseLabels {
+pub struct MachineLabels {
     pub cluster: String,
+    pub status: String,
     pub reason: String,
 }
 
@@ -38,8 +39,8 @@ pub struct PollFailureLabels {
 
 #[derive(Debug)]
 pub(super) struct Standing {
-    false_machines: Family<FalseLabels, Gauge>,
-    false_seen: Mutex<BTreeSet<FalseLabels>>,
+    machines: Family<MachineLabels, Gauge>,
+    machines_seen: Mutex<BTreeSet<MachineLabels>>,
     oldest_false: Family<ClusterLabels, Gauge>,
     oldest_seen: Mutex<BTreeSet<ClusterLabels>>,
     pub(super) scope_up: Family<ScopeLabels, Gauge>,
@@ -49,11 +50,11 @@ pub(super) struct Standing {
 
 impl Standing {
     pub(super) fn register(registry: &mut Registry) -> Self {
-        let false_machines = Family::<FalseLabels, Gauge>::default();
+        let machines = Family::<MachineLabels, Gauge>::default();
         registry.register(
-            "false_machines",
-            "Machines whose verdict is False now, by Cluster (namespace/name) and reason",
-            false_machines.clone(),
+            "machines",
+            "Machines by Cluster (namespace/name) and the verdict they carry now (status, reason)",
+            machines.clone(),
         );
         let oldest_false = Family::<ClusterLabels, Gauge>::default();
         registry.register(
@@ -74,8 +75,8 @@ impl Standing {
             poll_failures.clone(),
         );
         Self {
-            false_machines,
-            false_seen: Mutex::new(BTreeSet::new()),
+            machines,
+            machines_seen: Mutex::new(BTreeSet::new()),
             oldest_false,
             oldest_seen: Mutex::new(BTreeSet::new()),
             scope_up,
@@ -111,22 +112,25 @@ where
 }
 
 impl Metrics {
-    /// Sets `capc_health_false_machines` and `capc_health_oldest_false_seconds` from this
-    /// cycle's report (clusters keyed `namespace/name`); a cluster or reason with no `False`
-    /// Machine now has no series. A verdict without a transition time counts from `now`.
-    pub fn set_standing_false(&self, clusters: &BTreeMap<String, ClusterReport>, now: Timestamp) {
-        let mut counts: BTreeMap<FalseLabels, i64> = BTreeMap::new();
+    /// Sets `capc_health_machines` and `capc_health_oldest_false_seconds` from this cycle's
+    /// report (clusters keyed `namespace/name`); a label set with no Machine now, and a cluster
+    /// with no `False` Machine, have no series. Machines not judged yet are not counted. A
+    /// verdict without a transition time counts from `now`.
+    pub fn set_standing(&self, clusters: &BTreeMap<String, ClusterReport>, now: Timestamp) {
+        let mut counts: BTreeMap<MachineLabels, i64> = BTreeMap::new();
         let mut oldest: BTreeMap<ClusterLabels, i64> = BTreeMap::new();
         for (cluster, report) in clusters {
             for m in report.machines.values() {
-                if m.verdict != Some(Status::False) {
-                    continue;
-                }
-                let labels = FalseLabels {
+                let Some(status) = m.verdict else { continue };
+                let labels = MachineLabels {
                     cluster: cluster.clone(),
+                    status: status.as_str().to_string(),
                     reason: m.reason.clone().unwrap_or_default(),
                 };
                 *counts.entry(labels).or_default() += 1;
+                if status != Status::False {
+                    continue;
+                }
                 let age = m
                     .since
                     .map(|since| now.duration_since(since).as_secs().max(0))
@@ -140,8 +144,8 @@ impl Metrics {
             }
         }
         replace(
-            &self.standing.false_machines,
-            &self.standing.false_seen,
+            &self.standing.machines,
+            &self.standing.machines_seen,
             counts,
         );
         replace(

@@ -309,7 +309,7 @@ fn series_of_gone_scopes_and_clusters_are_removed_not_kept_at_zero() {
 }
 
 #[test]
-fn standing_false_machines_count_per_cluster_and_reason_and_the_oldest_ages() {
+fn machines_count_per_cluster_and_verdict_and_the_oldest_false_ages() {
     use crate::status::{ClusterReport, MachineReport};
     let now: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
     let machine = |verdict, reason: &str, since: &str| MachineReport {
@@ -332,34 +332,60 @@ fn standing_false_machines_count_per_cluster_and_reason_and_the_oldest_ages() {
         "a-3".into(),
         machine(Status::True, "VMHealthy", "2026-01-01T00:00:00Z"),
     );
+    // Not judged yet: not counted.
+    a.machines.insert("a-4".into(), MachineReport::default());
     clusters.insert("ns/a".to_string(), a);
     let mut b = ClusterReport::default();
     b.machines.insert(
         "b-1".into(),
-        machine(Status::True, "VMHealthy", "2026-01-01T00:00:00Z"),
+        machine(
+            Status::Unknown,
+            "CloudStackUnreachable",
+            "2026-01-01T00:00:00Z",
+        ),
     );
     clusters.insert("ns/b".to_string(), b);
     let m = Metrics::new();
-    m.set_standing_false(&clusters, now);
+    m.set_standing(&clusters, now);
     let text = m.encode();
-    assert_line(
-        &text,
-        "capc_health_false_machines{cluster=\"ns/a\",reason=\"VMStopped\"} 2",
+    for line in [
+        r#"capc_health_machines{cluster="ns/a",status="False",reason="VMStopped"} 2"#,
+        r#"capc_health_machines{cluster="ns/a",status="True",reason="VMHealthy"} 1"#,
+        r#"capc_health_machines{cluster="ns/b",status="Unknown",reason="CloudStackUnreachable"} 1"#,
+        r#"capc_health_oldest_false_seconds{cluster="ns/a"} 1800"#,
+    ] {
+        assert_line(&text, line);
+    }
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("capc_health_machines{"))
+            .count(),
+        3,
+        "{text}"
     );
-    assert_line(
-        &text,
-        "capc_health_oldest_false_seconds{cluster=\"ns/a\"} 1800",
+    assert!(
+        !text.contains(r#"capc_health_oldest_false_seconds{cluster="ns/b"}"#),
+        "{text}"
     );
-    assert!(!text.contains("cluster=\"ns/b\""), "{text}");
-    // The Machines recycled: no False Machine, no series (the alert's silence).
-    clusters.get_mut("ns/a").unwrap().machines.clear();
-    m.set_standing_false(&clusters, now);
+    // The False Machines recycled: their series and the cluster's age go (the alert's silence).
+    let a = clusters.get_mut("ns/a").unwrap();
+    a.machines.remove("a-1");
+    a.machines.remove("a-2");
+    m.set_standing(&clusters, now);
     let text = m.encode();
-    assert!(!text.contains("capc_health_false_machines{"), "{text}");
+    assert!(!text.contains(r#"status="False""#), "{text}");
     assert!(
         !text.contains("capc_health_oldest_false_seconds{"),
         "{text}"
     );
+    assert_line(
+        &text,
+        r#"capc_health_machines{cluster="ns/a",status="True",reason="VMHealthy"} 1"#,
+    );
+    // A deleted Cluster's Machines leave the report: its series go.
+    clusters.clear();
+    m.set_standing(&clusters, now);
+    assert!(!m.encode().contains("capc_health_machines{"));
 }
 
 #[test]
