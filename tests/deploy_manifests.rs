@@ -695,91 +695,46 @@ fn the_binary_accepts_the_deployments_arguments() {
 // ---------------------------------------------------------------------------------------------
 // The real API server.
 
-/// The ServiceMonitor CRD is not part of the test API server. This stand-in has the real group,
-/// kind and scope, and a schema for the fields our manifest uses only (from the Prometheus
-/// Operator's CRD), without `x-kubernetes-preserve-unknown-fields` on the endpoints: with strict
-/// field validation a misspelt endpoint field is rejected, but fields outside this subset are not
-/// checked against the real schema.
-fn service_monitor_crd() -> Value {
-    let duration = json!({"type": "string",
-        "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"});
-    let endpoint = json!({"type": "object", "properties": {
-        "port": {"type": "string"}, "targetPort": {"x-kubernetes-int-or-string": true},
-        "path": {"type": "string"}, "scheme": {"type": "string", "enum": ["http", "https"]},
-        "interval": duration.clone(), "scrapeTimeout": duration,
-        "honorLabels": {"type": "boolean"},
-        "bearerTokenFile": {"type": "string"},
-        "authorization": {"type": "object", "properties": {
-            "type": {"type": "string"},
-            "credentials": {"type": "object", "x-kubernetes-map-type": "atomic", "required": ["key"],
-                "properties": {"key": {"type": "string"}, "name": {"type": "string"},
-                               "optional": {"type": "boolean"}}}}},
-        "tlsConfig": {"type": "object", "properties": {
-            "insecureSkipVerify": {"type": "boolean"}, "serverName": {"type": "string"},
-            "caFile": {"type": "string"},
-            "ca": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}});
-    let selector = json!({"type": "object", "x-kubernetes-map-type": "atomic", "properties": {
-        "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
-        "matchExpressions": {"type": "array", "items": {"type": "object",
-            "x-kubernetes-preserve-unknown-fields": true}}}});
-    let spec = json!({"type": "object", "required": ["selector"], "properties": {
-        "selector": selector,
-        "namespaceSelector": {"type": "object", "properties": {
-            "any": {"type": "boolean"},
-            "matchNames": {"type": "array", "items": {"type": "string"}}}},
-        "jobLabel": {"type": "string"},
-        "endpoints": {"type": "array", "items": endpoint}}});
-    let schema = json!({"type": "object", "required": ["spec"], "properties": {
-        "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-        "metadata": {"type": "object"}, "spec": spec}});
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
-        "spec": {
-            "group": "monitoring.coreos.com",
-            "names": {"kind": "ServiceMonitor", "listKind": "ServiceMonitorList",
-                      "plural": "servicemonitors", "singular": "servicemonitor", "shortNames": ["smon"]},
-            "scope": "Namespaced",
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                          "schema": {"openAPIV3Schema": schema}}]
-        }
-    })
-}
+/// The Prometheus Operator release whose CRDs the monitoring manifests are applied against.
+/// Its Go module carries them (example/prometheus-operator-crd); the Go module proxy serves it,
+/// as it serves the CAPI and CAPC modules the test API server takes its CRDs from.
+const PROMETHEUS_OPERATOR_MODULE: &str =
+    "github.com/prometheus-operator/prometheus-operator@v0.87.1";
 
-/// The PrometheusRule CRD (deploy/components/monitoring), a stand-in as [`service_monitor_crd`]
-/// is: the real group, kind and scope, and the Prometheus Operator's schema for the rule fields
-/// (no unknown fields: a misspelt `annotation` or `for` is refused under strict validation).
-fn prometheus_rule_crd() -> Value {
-    let duration = json!({"type": "string",
-        "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"});
-    let strings = json!({"type": "object", "additionalProperties": {"type": "string"}});
-    let rule = json!({"type": "object", "required": ["expr"], "properties": {
-        "alert": {"type": "string"}, "record": {"type": "string"},
-        "expr": {"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]},
-        "for": duration.clone(), "keep_firing_for": duration.clone(),
-        "labels": strings.clone(), "annotations": strings}});
-    let group = json!({"type": "object", "required": ["name"], "properties": {
-        "name": {"type": "string", "minLength": 1}, "interval": duration,
-        "rules": {"type": "array", "items": rule}}});
-    let schema = json!({"type": "object", "required": ["spec"], "properties": {
-        "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-        "metadata": {"type": "object"},
-        "spec": {"type": "object", "properties": {"groups": {"type": "array", "items": group,
-            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}}}}});
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "prometheusrules.monitoring.coreos.com"},
-        "spec": {
-            "group": "monitoring.coreos.com",
-            "names": {"kind": "PrometheusRule", "listKind": "PrometheusRuleList",
-                      "plural": "prometheusrules", "singular": "prometheusrule", "shortNames": ["promrule"]},
-            "scope": "Namespaced",
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                          "schema": {"openAPIV3Schema": schema}}]
-        }
-    })
+/// The Prometheus Operator's own ServiceMonitor and PrometheusRule CRDs (not part of the test
+/// API server's profiles): with strict field validation every field of our manifests is checked
+/// against the real schema. `go mod download` checks the module against the Go checksum database
+/// and reuses the module cache after the first run.
+fn prometheus_operator_crds() -> Vec<Value> {
+    let out = Command::new("go")
+        .args(["mod", "download", "-json", PROMETHEUS_OPERATOR_MODULE])
+        // Outside any module or workspace: nothing here may touch a go.mod or go.sum.
+        .current_dir(std::env::temp_dir())
+        .env("GOWORK", "off")
+        .env("GOFLAGS", "-modcacherw")
+        .output()
+        .expect("run go mod download");
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "go mod download {PROMETHEUS_OPERATOR_MODULE}: {e}; stdout {}; stderr {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        out.status.success() && info.get("Error").is_none(),
+        "go mod download {PROMETHEUS_OPERATOR_MODULE}: {info}"
+    );
+    let dir = Path::new(info["Dir"].as_str().expect("Dir")).join("example/prometheus-operator-crd");
+    ["servicemonitors", "prometheusrules"]
+        .iter()
+        .map(|plural| {
+            let path = dir.join(format!("monitoring.coreos.com_{plural}.yaml"));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .collect()
 }
 
 async fn apply(
@@ -845,14 +800,15 @@ async fn round_trips(client: &Client, gvk: &GroupVersionKind) -> bool {
 }
 
 async fn ensure_monitoring_crds(client: &Client) {
-    for (crd, kind) in [
-        (service_monitor_crd(), "ServiceMonitor"),
-        (prometheus_rule_crd(), "PrometheusRule"),
-    ] {
+    for crd in prometheus_operator_crds() {
+        let kind = crd["spec"]["names"]["kind"]
+            .as_str()
+            .expect("CRD kind")
+            .to_string();
         apply(client, &gvk_of(&crd), None, &crd, false)
             .await
-            .unwrap_or_else(|e| panic!("{kind} stand-in CRD: {e}"));
-        let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", kind);
+            .unwrap_or_else(|e| panic!("the Prometheus Operator's {kind} CRD: {e}"));
+        let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", &kind);
         let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !is_served(client, &gvk).await {
             assert!(std::time::Instant::now() < until, "{kind} CRD not served");
