@@ -120,27 +120,35 @@ impl Metrics {
         let mut counts: BTreeMap<MachineLabels, i64> = BTreeMap::new();
         let mut oldest: BTreeMap<ClusterLabels, i64> = BTreeMap::new();
         for (cluster, report) in clusters {
+            // Counted on borrowed keys: label strings are made per label set, not per Machine.
+            let mut here: BTreeMap<(Status, &str), i64> = BTreeMap::new();
+            let mut oldest_here: Option<i64> = None;
             for m in report.machines.values() {
                 let Some(status) = m.verdict else { continue };
+                *here
+                    .entry((status, m.reason.as_deref().unwrap_or_default()))
+                    .or_default() += 1;
+                if status == Status::False {
+                    let age = m
+                        .since
+                        .map(|since| now.duration_since(since).as_secs().max(0))
+                        .unwrap_or(0);
+                    oldest_here = Some(oldest_here.map_or(age, |o| o.max(age)));
+                }
+            }
+            for ((status, reason), n) in here {
                 let labels = MachineLabels {
                     cluster: cluster.clone(),
                     status: status.as_str().to_string(),
-                    reason: m.reason.clone().unwrap_or_default(),
+                    reason: reason.to_string(),
                 };
-                *counts.entry(labels).or_default() += 1;
-                if status != Status::False {
-                    continue;
-                }
-                let age = m
-                    .since
-                    .map(|since| now.duration_since(since).as_secs().max(0))
-                    .unwrap_or(0);
-                let o = oldest
-                    .entry(ClusterLabels {
-                        cluster: cluster.clone(),
-                    })
-                    .or_default();
-                *o = (*o).max(age);
+                counts.insert(labels, n);
+            }
+            if let Some(age) = oldest_here {
+                let labels = ClusterLabels {
+                    cluster: cluster.clone(),
+                };
+                oldest.insert(labels, age);
             }
         }
         replace(
