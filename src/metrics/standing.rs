@@ -1,6 +1,6 @@
 //! What stands now, per cluster and per scope: each Cluster's Machines by verdict, how long
-//! its oldest `False` verdict has stood, whether each scope's last poll succeeded and why its polls failed. The alerts of
-//! `deploy/components/monitoring` and docs/alerts.md read these.
+//! its oldest `False` verdict has stood, whether each scope's last poll succeeded and why its
+//! polls failed. The alerts of `deploy/components/monitoring` and docs/alerts.md read these.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
