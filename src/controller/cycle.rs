@@ -51,6 +51,9 @@ pub struct Controller {
     /// Per endpoint (failure domain Secret × project × zone): the scope it was last polled
     /// through, so a Secret read that fails briefly keeps it.
     pub(super) endpoints: HashMap<super::targets::EndpointRef, super::gather::EndpointMemory>,
+    /// Per Machine uid that cannot be polled at all (credentials or failure domain missing):
+    /// the first cycle this process found it so (`verdict::standing::blind_grace_holds`).
+    pub(super) blind_since: HashMap<String, jiff::Timestamp>,
     /// What this process last wrote per Machine uid: the watch cache can lag behind our own
     /// writes, and a lagging read must not cause a second write.
     pub(super) written: HashMap<String, Written>,
@@ -140,6 +143,7 @@ impl Controller {
             lease,
             scopes: BTreeMap::new(),
             endpoints: HashMap::new(),
+            blind_since: HashMap::new(),
             written: HashMap::new(),
             targets: Default::default(),
             probing: Default::default(),

@@ -36,23 +36,22 @@ pub(super) struct Decided {
     pub first_write_held: Vec<bool>,
 }
 
-/// A verdict that needs no history: the target cannot be polled.
-fn unavailable(t: &Target, g: &Gathered) -> Option<Verdict> {
+/// A verdict that needs no history: the target cannot be polled. With it, since when its
+/// endpoint's Secret has failed to read, when this process knew the endpoint before.
+fn unavailable(t: &Target, g: &Gathered) -> Option<(Verdict, Option<Timestamp>)> {
     if let Some(TargetProblem::NoFailureDomain(fd)) = &t.problem {
-        return Some(Verdict::new(
+        let v = Verdict::new(
             Status::Unknown,
             CREDENTIALS_UNAVAILABLE,
             format!(
                 "failure domain {fd} (and so the CloudStack endpoint and its Secret) not found"
             ),
-        ));
+        );
+        return Some((v, None));
     }
-    let e = g.credential_errors.get(t.endpoint.as_ref()?)?;
-    Some(Verdict::new(
-        Status::Unknown,
-        CREDENTIALS_UNAVAILABLE,
-        e.clone(),
-    ))
+    let (e, since) = g.credential_errors.get(t.endpoint.as_ref()?)?;
+    let v = Verdict::new(Status::Unknown, CREDENTIALS_UNAVAILABLE, e.clone());
+    Some((v, *since))
 }
 
 impl Controller {
@@ -63,7 +62,8 @@ impl Controller {
         summary: &mut CycleSummary,
     ) -> Decided {
         self.carry_over_published(g);
-        let fixed: Vec<Option<Verdict>> = g.targets.iter().map(|t| unavailable(t, g)).collect();
+        let fixed = g.targets.iter().map(|t| unavailable(t, g)).collect();
+        let fixed = self.note_blind(g, fixed, now);
         let mut subjects = self.subjects(g, &fixed);
         let mut decision = decide(&subjects, &self.graces, &self.guard, now);
         let unlinked = self
@@ -111,7 +111,45 @@ impl Controller {
         }
     }
 
-    fn subjects<'a>(&'a self, g: &'a Gathered, fixed: &'a [Option<Verdict>]) -> Vec<Subject<'a>> {
+    /// Per target that cannot be polled at all (its verdict `fixed`): the verdict, and since
+    /// when this process has found it so — the first cycle it did (or the first failed read of
+    /// its endpoint's Secret, if earlier), kept until the target can be polled again. A new
+    /// process counts afresh, so the grace after a restart is never shorter than without one.
+    fn note_blind(
+        &mut self,
+        g: &Gathered,
+        fixed: Vec<Option<(Verdict, Option<Timestamp>)>>,
+        now: Timestamp,
+    ) -> Vec<Option<(Verdict, Timestamp)>> {
+        let live: std::collections::HashSet<&String> = g
+            .targets
+            .iter()
+            .zip(&fixed)
+            .filter(|(_, v)| v.is_some())
+            .filter_map(|(t, _)| t.machine.uid.as_ref())
+            .collect();
+        self.blind_since.retain(|uid, _| live.contains(uid));
+        g.targets
+            .iter()
+            .zip(fixed)
+            .map(|(t, v)| {
+                let (v, endpoint_since) = v?;
+                let first = endpoint_since.map_or(now, |e| e.min(now));
+                // A Machine without a uid (the API server always sets one) is blind from now.
+                let since = match &t.machine.uid {
+                    Some(uid) => *self.blind_since.entry(uid.clone()).or_insert(first),
+                    None => first,
+                };
+                Some((v, since))
+            })
+            .collect()
+    }
+
+    fn subjects<'a>(
+        &'a self,
+        g: &'a Gathered,
+        fixed: &'a [Option<(Verdict, Timestamp)>],
+    ) -> Vec<Subject<'a>> {
         g.targets
             .iter()
             .zip(fixed)
@@ -126,7 +164,10 @@ impl Controller {
                         _,
                         _,
                     ) => Evidence::None,
-                    (_, Some(v), _) => Evidence::Unavailable(v),
+                    (_, Some((verdict, since)), _) => Evidence::Unavailable {
+                        verdict,
+                        since: *since,
+                    },
                     (_, None, Some(h)) => Evidence::Observed(h),
                     (_, None, None) => Evidence::None,
                 };

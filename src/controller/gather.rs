@@ -57,8 +57,9 @@ pub(super) struct Gathered {
     pub targets: Vec<Arc<Target>>,
     /// The scope key each usable endpoint is polled through.
     pub scope_of: HashMap<EndpointRef, String>,
-    /// Endpoints whose credentials cannot be had, with why (no Secret values in it).
-    pub credential_errors: HashMap<EndpointRef, String>,
+    /// Endpoints whose credentials cannot be had, with why (no Secret values in it) and since
+    /// when reading them has failed, when this process knew the endpoint before.
+    pub credential_errors: HashMap<EndpointRef, (String, Option<Timestamp>)>,
     /// Every watched CloudStackMachine with its failure domain's endpoint (orphan report on).
     pub cloudstack_machines: Vec<(Arc<CloudStackMachineRecord>, Option<Arc<EndpointRef>>)>,
 }
@@ -142,8 +143,14 @@ impl Controller {
                         key
                     }
                     None => {
-                        summary.problems.push(e.clone());
-                        credential_errors.insert((*endpoint).clone(), e);
+                        let since = self.endpoints.get(endpoint).and_then(|m| m.failing_since);
+                        summary.problems.push(format!(
+                            "{e} (its Machines keep the conditions they carry for up to {} \
+                             after this process first failed to read it, then turn \
+                             Unknown/CredentialsUnavailable)",
+                            crate::verdict::human_duration(self.graces.stale_after())
+                        ));
+                        credential_errors.insert((*endpoint).clone(), (e, since));
                         continue;
                     }
                 },
@@ -329,18 +336,29 @@ impl Controller {
 }
 
 /// What the Machine's condition is, given the watch cache's view and our last write: while the
-/// cache still shows the version our write was based on, it lags and our write is newer; once
-/// it shows any other version, the cache is the truth — even if another writer dropped or
-/// changed our condition (then it is written again).
+/// cache still shows the version our write was based on — or an older one (a relist from a
+/// lagging cache) — it lags and our write is newer; once it shows a newer version, the cache
+/// is the truth — even if another writer dropped or changed our condition (then it is written
+/// again).
 fn current_condition<'a>(
     cached: Option<&'a Arc<ConditionState>>,
     cached_version: Option<&str>,
     written: Option<&'a Written>,
 ) -> (Option<&'a Arc<ConditionState>>, bool) {
     match written {
-        Some(w) if w.based_on.as_deref() == cached_version => (Some(&w.condition), true),
+        Some(w) if not_newer(cached_version, w.based_on.as_deref()) => (Some(&w.condition), true),
         _ => (cached, false),
     }
+}
+
+/// Whether the resourceVersion `cached` is no newer than `base`: the same, or a lower etcd
+/// revision. Versions that do not parse as numbers compare by equality only.
+fn not_newer(cached: Option<&str>, base: Option<&str>) -> bool {
+    if cached == base {
+        return true;
+    }
+    let number = |v: Option<&str>| v.and_then(|v| v.parse::<u64>().ok());
+    matches!((number(cached), number(base)), (Some(c), Some(b)) if c < b)
 }
 
 /// The listing of an endpoint's scope: its zone, and its project — a project name cannot be
@@ -420,6 +438,11 @@ mod tests {
         let cached = Arc::new(condition(Status::True, reason::VM_HEALTHY));
         // The cache still shows the version we wrote on top of: ours is newer.
         let (c, lagging) = current_condition(Some(&cached), Some("41"), Some(&ours));
+        assert!(lagging);
+        assert_eq!(c, Some(&ours.condition));
+        // A relist from a lagging cache serves a version older than the one we wrote on: ours
+        // is still newer.
+        let (c, lagging) = current_condition(Some(&cached), Some("39"), Some(&ours));
         assert!(lagging);
         assert_eq!(c, Some(&ours.condition));
         // The cache moved on (our write, or someone's after it): it is the truth, also when

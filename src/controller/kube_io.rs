@@ -22,8 +22,8 @@ use serde_json::json;
 use super::joins::{Changed, ChangedKinds, Records};
 use crate::k8s::views::{Partial, View};
 use crate::k8s::watched::{
-    CloudStackMachineRecord, ClusterRecord, ConditionReader, FailureDomainRecord,
-    HealthCheckRecord, MachineRecord,
+    keep_newer, CloudStackMachineRecord, ClusterRecord, ConditionReader, FailureDomainRecord,
+    HealthCheckRecord, MachineRecord, Versioned,
 };
 use crate::verdict::ConditionState;
 use capi_model::apis::{ApiChoice, ConditionLayout, ServedApis};
@@ -236,7 +236,7 @@ fn watch<V, R>(
 ) -> Watched<R>
 where
     V: View,
-    R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+    R: Lookup<DynamicType = ()> + Versioned + Clone + Send + Sync + 'static,
 {
     let apis: Vec<Api<Partial<V>>> = if namespaces.is_empty() {
         vec![Api::all_with(client.clone(), ar)]
@@ -264,17 +264,26 @@ fn watch_one<V, R>(
 ) -> Store<R>
 where
     V: View,
-    R: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+    R: Lookup<DynamicType = ()> + Versioned + Clone + Send + Sync + 'static,
 {
     let mut writer = reflector::store::Writer::<R>::new(());
     let reader = writer.as_reader();
+    let reader_of_writer = writer.as_reader();
     let events = watcher(api, watcher::Config::default().any_semantic()).default_backoff();
     tokio::spawn(async move {
         let mut events = std::pin::pin!(events);
         while let Some(event) = events.next().await {
             match event {
                 Ok(event) => {
-                    if let Some(event) = record_event(event, &read) {
+                    let Some(event) = record_event(event, &read) else {
+                        continue;
+                    };
+                    let (event, stale) =
+                        keep_newer(event, |o| reader_of_writer.get(&o.to_object_ref(())));
+                    if stale {
+                        tracing::debug!(kind = %kind, "a read older than the one kept was ignored (relist from a lagging cache)");
+                    }
+                    if let Some(event) = event {
                         // The store first, then the note (see `controller::joins`).
                         writer.apply_watcher_event(&event);
                         changed

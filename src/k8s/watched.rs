@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use kube::runtime::reflector::Lookup;
+use kube::runtime::watcher;
 use serde_json::Value;
 
 use kube::core::Selector;
@@ -248,6 +249,61 @@ macro_rules! keyed_by_name {
     };
 }
 
+/// Which of two reads of one object is the newer: a relist (the watches read with
+/// `any_semantic`, so from the API server's cache) may serve an object older than one already
+/// seen, and an older Machine taken as news would restart a clock the shim already published.
+pub trait Versioned {
+    /// The object's uid and resourceVersion, when the record keeps them. resourceVersions are
+    /// etcd revisions, compared as integers; one that does not parse is never called older.
+    fn version(&self) -> Option<(&str, u64)> {
+        None
+    }
+}
+
+impl Versioned for MachineRecord {
+    fn version(&self) -> Option<(&str, u64)> {
+        let uid = self.view.uid.as_deref()?;
+        let rv = self.view.resource_version.as_deref()?.parse().ok()?;
+        Some((uid, rv))
+    }
+}
+impl Versioned for CloudStackMachineRecord {}
+impl Versioned for FailureDomainRecord {}
+impl Versioned for ClusterRecord {}
+impl Versioned for HealthCheckRecord {}
+
+/// Whether `incoming` is an older read of the object `stored` is (same uid, lower
+/// resourceVersion). A recreated object (another uid) is never older.
+pub fn is_older_read(incoming: &impl Versioned, stored: &impl Versioned) -> bool {
+    match (incoming.version(), stored.version()) {
+        (Some((uid, rv)), Some((stored_uid, stored_rv))) => uid == stored_uid && rv < stored_rv,
+        _ => false,
+    }
+}
+
+/// A watch event with stale reads taken out: an update older than what the store holds is
+/// dropped, and a relist's older copy is replaced by the stored, newer one (the relist still
+/// replaces the store, so objects gone from it are gone). `stored` looks an object up in the
+/// store as it was before the event. Returns the event and whether a stale read was met.
+pub fn keep_newer<R: Versioned + Clone>(
+    event: watcher::Event<R>,
+    stored: impl Fn(&R) -> Option<Arc<R>>,
+) -> (Option<watcher::Event<R>>, bool) {
+    use watcher::Event;
+    let newer = |o: &R| stored(o).filter(|s| is_older_read(o, s.as_ref()));
+    match event {
+        Event::Apply(o) => match newer(&o) {
+            Some(_) => (None, true),
+            None => (Some(Event::Apply(o)), false),
+        },
+        Event::InitApply(o) => match newer(&o) {
+            Some(s) => (Some(Event::InitApply((*s).clone())), true),
+            None => (Some(Event::InitApply(o)), false),
+        },
+        other => (Some(other), false),
+    }
+}
+
 keyed_by_name!(MachineRecord, "Machine", .view.namespace, .view.name);
 keyed_by_name!(CloudStackMachineRecord, "CloudStackMachine", .namespace, .name);
 keyed_by_name!(FailureDomainRecord, "CloudStackFailureDomain", .namespace, .name);
@@ -266,6 +322,80 @@ mod tests {
     fn condition(type_: &str, status: &str) -> Value {
         json!({"type": type_, "status": status, "reason": "R", "message": "m",
             "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    /// Machine `m1` (uid `uid`, resourceVersion `rv`) carrying our condition at `status`.
+    fn machine_at(uid: &str, rv: &str, status: &str) -> MachineRecord {
+        let m = json!({"metadata": {"name": "m1", "namespace": "ns1", "uid": uid,
+                "resourceVersion": rv},
+            "spec": {"clusterName": "c1", "infrastructureRef": {"kind": "CloudStackMachine", "name": "m1-csm"}},
+            "status": {"conditions": [condition(OURS, status)]}});
+        let reader = ConditionReader {
+            layout: ConditionLayout::V1Beta2,
+            condition_type: OURS.into(),
+        };
+        MachineRecord::from_json(&m, &reader).unwrap()
+    }
+
+    /// A relist that serves an older copy of a Machine (the cache of an API server behind)
+    /// leaves the newer one in the store; an update older than the store is dropped; a
+    /// Machine recreated under the same name (another uid) is taken whatever its version;
+    /// one gone from the relist is gone. Driven through kube's own reflector store.
+    #[test]
+    fn a_stale_relist_or_update_does_not_replace_a_newer_machine() {
+        use capi_model::Status;
+        use kube::runtime::reflector::{store::Writer, ObjectRef};
+        use watcher::Event;
+        let mut writer = Writer::<MachineRecord>::new(());
+        let reader = writer.as_reader();
+        let status_of = |reader: &kube::runtime::reflector::Store<MachineRecord>| {
+            let m = reader.get(&ObjectRef::new("m1").within("ns1"))?;
+            let (uid, rv) = m.version()?;
+            Some((uid.to_string(), rv, m.current.as_ref()?.status))
+        };
+        let apply = |writer: &mut Writer<MachineRecord>, events: Vec<Event<MachineRecord>>| {
+            let mut stale = 0;
+            for e in events {
+                let (e, was_stale) = keep_newer(e, |o| {
+                    reader.get(&ObjectRef::new(&o.view.name).within("ns1"))
+                });
+                stale += usize::from(was_stale);
+                if let Some(e) = e {
+                    writer.apply_watcher_event(&e);
+                }
+            }
+            stale
+        };
+        let relist = |m: Option<MachineRecord>| {
+            let mut e = vec![Event::Init];
+            e.extend(m.map(Event::InitApply));
+            e.push(Event::InitDone);
+            e
+        };
+        let newer = machine_at("u1", "120", "False");
+        assert_eq!(apply(&mut writer, relist(Some(newer))), 0);
+        assert_eq!(status_of(&reader), Some(("u1".into(), 120, Status::False)));
+        // The relist serves resourceVersion 100, when our condition was still True.
+        let older = machine_at("u1", "100", "True");
+        assert_eq!(apply(&mut writer, relist(Some(older.clone()))), 1);
+        assert_eq!(status_of(&reader), Some(("u1".into(), 120, Status::False)));
+        // An update older than the store, likewise.
+        assert_eq!(apply(&mut writer, vec![Event::Apply(older)]), 1);
+        assert_eq!(status_of(&reader), Some(("u1".into(), 120, Status::False)));
+        // A newer one is taken.
+        let later = machine_at("u1", "130", "True");
+        assert_eq!(apply(&mut writer, vec![Event::Apply(later)]), 0);
+        assert_eq!(status_of(&reader), Some(("u1".into(), 130, Status::True)));
+        // Recreated: another uid, a lower version than the old object's — it is the truth.
+        let recreated = machine_at("u2", "7", "Unknown");
+        assert_eq!(apply(&mut writer, relist(Some(recreated))), 0);
+        assert_eq!(status_of(&reader), Some(("u2".into(), 7, Status::Unknown)));
+        // Gone from the relist: gone.
+        assert_eq!(apply(&mut writer, relist(None)), 0);
+        assert_eq!(status_of(&reader), None);
+        // A version that is not a number is never called older.
+        let odd = machine_at("u3", "abc", "True");
+        assert!(!is_older_read(&odd, &machine_at("u3", "5", "True")));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use jiff::Timestamp;
 use crate::condition::{next_condition, ConditionState};
 use crate::engine::{evaluate_on_record, MachineFacts};
 use crate::guard::{GuardOutcome, MassFailureGuard, ScopeMember};
+use crate::standing::unavailable_or_standing;
 use crate::{Graces, Status, Verdict, VmHistory};
 
 /// What a Machine's verdict rests on.
@@ -23,8 +24,13 @@ pub enum Evidence<'a> {
     None,
     /// The VM's history in its scope.
     Observed(&'a VmHistory),
-    /// No history can be had (credentials or failure domain missing): this verdict as is.
-    Unavailable(&'a Verdict),
+    /// No history can be had (credentials or failure domain missing) since `since`, the first
+    /// failure this process saw: `verdict`, once the published condition no longer stands
+    /// ([`crate::standing::unavailable_or_standing`]).
+    Unavailable {
+        verdict: &'a Verdict,
+        since: Timestamp,
+    },
 }
 
 /// One Machine (or, for `check`, one VM) to decide about.
@@ -118,7 +124,14 @@ pub fn decide(
             Evidence::Observed(h) => {
                 Some(evaluate_on_record(h, &s.facts, s.published, graces, now))
             }
-            Evidence::Unavailable(v) => Some(v.clone()),
+            Evidence::Unavailable { verdict, since } => Some(unavailable_or_standing(
+                s.published,
+                verdict,
+                since,
+                &s.facts,
+                graces,
+                now,
+            )),
         })
         .collect();
     let mut by_scope: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
@@ -164,6 +177,14 @@ mod tests {
         "2026-12-01T12:00:00Z".parse().unwrap()
     }
 
+    /// Evidence that is only this verdict, unavailable since `now()`.
+    fn fixed(verdict: &Verdict) -> Evidence<'_> {
+        Evidence::Unavailable {
+            verdict,
+            since: now(),
+        }
+    }
+
     fn subject<'a>(scope: &'a str, evidence: Evidence<'a>) -> Subject<'a> {
         Subject {
             scope: Some(scope),
@@ -186,13 +207,11 @@ mod tests {
     fn the_guard_holds_new_failures_per_scope_and_leaves_other_scopes_alone() {
         let failing = Verdict::new(Status::False, reason::VM_ERROR, "VM state Error");
         let fine = Verdict::new(Status::True, reason::VM_HEALTHY, "ok");
-        let mut s: Vec<Subject> = (0..3)
-            .map(|_| subject("a", Evidence::Unavailable(&failing)))
-            .collect();
-        s.push(subject("a", Evidence::Unavailable(&fine)));
-        s.push(subject("b", Evidence::Unavailable(&failing)));
-        s.push(subject("b", Evidence::Unavailable(&fine)));
-        s.push(subject("b", Evidence::Unavailable(&fine)));
+        let mut s: Vec<Subject> = (0..3).map(|_| subject("a", fixed(&failing))).collect();
+        s.push(subject("a", fixed(&fine)));
+        s.push(subject("b", fixed(&failing)));
+        s.push(subject("b", fixed(&fine)));
+        s.push(subject("b", fixed(&fine)));
         let d = decide(&s, &Graces::default(), &MassFailureGuard::default(), now());
         // Scope a: 3 of 4 turn False at once → held; scope b: a single failure → published.
         assert!(d.scopes["a"].0.held);
@@ -211,11 +230,11 @@ mod tests {
     #[test]
     fn machines_with_a_node_or_being_deleted_need_no_node_lookup() {
         let failing = Verdict::new(Status::False, reason::VM_ERROR, "VM state Error");
-        let mut with_node = subject("a", Evidence::Unavailable(&failing));
+        let mut with_node = subject("a", fixed(&failing));
         with_node.facts.has_node = true;
-        let mut deleting = subject("a", Evidence::Unavailable(&failing));
+        let mut deleting = subject("a", fixed(&failing));
         deleting.facts.deleting = true;
-        let plain = subject("a", Evidence::Unavailable(&failing));
+        let plain = subject("a", fixed(&failing));
         let s = [with_node, deleting, plain];
         let d = decide(&s, &Graces::default(), &MassFailureGuard::default(), now());
         assert_eq!(d.needing_node_lookup(&s).collect::<Vec<_>>(), [2]);
@@ -228,9 +247,9 @@ mod tests {
         let decided = Verdict::new(Status::True, reason::VM_HEALTHY, "rising");
         let carried = next_condition(None, "CloudStackVMHealthy", &decided, now());
         let mut subjects = vec![
-            subject("s", Evidence::Unavailable(&provisional)),
-            subject("s", Evidence::Unavailable(&provisional)),
-            subject("s", Evidence::Unavailable(&decided)),
+            subject("s", fixed(&provisional)),
+            subject("s", fixed(&provisional)),
+            subject("s", fixed(&decided)),
         ];
         subjects[1].published = Some(&carried);
         let d = decide(
@@ -256,7 +275,7 @@ mod tests {
             message: "VM state Error".into(),
             last_transition_time: since,
         };
-        let mut s = subject("a", Evidence::Unavailable(&failing));
+        let mut s = subject("a", fixed(&failing));
         s.published = Some(&published);
         let s = [s];
         let d = decide(&s, &Graces::default(), &MassFailureGuard::default(), now());
