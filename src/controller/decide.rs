@@ -54,6 +54,31 @@ fn unavailable(t: &Target, g: &Gathered) -> Option<(Verdict, Option<Timestamp>)>
     Some((v, *since))
 }
 
+/// One cycle problem per missing failure domain its Machines need (a missing Secret is
+/// reported by the gather phase): while their conditions stand, `/status` says why nothing
+/// about them is current.
+fn missing_failure_domains(g: &Gathered, graces: &crate::verdict::Graces) -> Vec<String> {
+    let missing: std::collections::BTreeSet<&String> = g
+        .targets
+        .iter()
+        .filter_map(|t| match &t.problem {
+            Some(TargetProblem::NoFailureDomain(fd)) => Some(fd),
+            _ => None,
+        })
+        .collect();
+    missing
+        .into_iter()
+        .map(|fd| {
+            format!(
+                "failure domain {fd} (and so the CloudStack endpoint and its Secret) not found: \
+                 its Machines keep the conditions they carry for up to {} after this process \
+                 first found it missing, then turn Unknown/CredentialsUnavailable",
+                crate::verdict::human_duration(graces.stale_after())
+            )
+        })
+        .collect()
+}
+
 impl Controller {
     pub(super) async fn decide(
         &mut self,
@@ -64,6 +89,9 @@ impl Controller {
         self.carry_over_published(g);
         let fixed = g.targets.iter().map(|t| unavailable(t, g)).collect();
         let fixed = self.note_blind(g, fixed, now);
+        summary
+            .problems
+            .extend(missing_failure_domains(g, &self.graces));
         let mut subjects = self.subjects(g, &fixed);
         let mut decision = decide(&subjects, &self.graces, &self.guard, now);
         let unlinked = self
