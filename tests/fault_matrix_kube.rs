@@ -8,7 +8,10 @@
 //! 2. the leader is SIGKILLed during the escalation delay and the follower takes over;
 //! 3. the shim is SIGKILLed and restarted mid-grace and mid-escalation-delay;
 //! 4. a flood of concurrent status writers (CAPI-patch-helper style, optimistic locking) on
-//!    the Machine the shim writes, some of them dropping the shim's condition.
+//!    the Machine the shim writes, some of them dropping the shim's condition;
+//! 9. the orphan memory's first reads answered 500, and a memory that cannot be decoded: read
+//!    before written, kept aside before replaced (in-process controllers, the 500s injected in
+//!    the kube client's service stack).
 //!
 //! Every test runs under both CRD profiles of `make test-rust` — capi-1.9 (annotate mode) and
 //! capi-1.13 (condition mode) — except the two leader-killed-mid-escalation tests, which time
@@ -26,7 +29,7 @@ mod kube_support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -3040,5 +3043,388 @@ async fn a_workload_kubeconfig_with_exec_is_refused_not_run() {
         "a clear problem: {problems:?} ({st:?})"
     );
     assert!(!marker.exists(), "the kubeconfig's command ran");
+    f.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 9. The orphan memory is read before it is written (issue 40).
+
+/// A client of the test API server whose first `n` GETs of the path `path` are answered 500
+/// (a Status body, as an API server that cannot reach etcd answers) without reaching it;
+/// everything else goes through to the API server. The API server speaks TLS with client
+/// certificates, so the fault sits in the client's own service stack, not in a proxy: what the
+/// shim's code sees is a real `kube::Client` getting a 500. The count of 500s answered.
+fn failing_gets(inner: Client, path: String, n: usize) -> (Client, Arc<AtomicUsize>) {
+    let left = Arc::new(AtomicUsize::new(n));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let counted = answered.clone();
+    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let inner = inner.clone();
+        let fail = req.method() == http::Method::GET
+            && req.uri().path() == path
+            && left
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| l.checked_sub(1))
+                .is_ok();
+        if fail {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        async move {
+            if fail {
+                let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Failure", "reason": "InternalError", "code": 500,
+                    "message": "etcdserver: request timed out (injected by the test)"});
+                return Ok::<_, kube::Error>(
+                    http::Response::builder()
+                        .status(500)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(status.to_string().into_bytes()))
+                        .expect("response"),
+                );
+            }
+            inner.send(req).await
+        }
+    });
+    (Client::new(svc, "default"), answered)
+}
+
+/// The memory's ConfigMap as stored: `binaryData` by key and `data` by key.
+async fn stored_memory(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> (BTreeMap<String, Vec<u8>>, BTreeMap<String, String>) {
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    let cm = cms
+        .get_opt(name)
+        .await
+        .expect("GET ConfigMap")
+        .unwrap_or_default();
+    (
+        cm.binary_data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect(),
+        cm.data.unwrap_or_default(),
+    )
+}
+
+fn memory_report(
+    r: &capc_health_shim::status::StatusReport,
+) -> capc_health_shim::status::MemoryReport {
+    r.orphan_detection.memory.clone().expect("a memory report")
+}
+
+/// With src/controller/memory.rs at 818ddc7 this fails: the first cycle after the failed read
+/// writes the new leader's own memory over the stored one (without m-gone-csm), so the stored
+/// bytes change and vm-gone, whose CloudStackMachine was deleted while no shim watched, is
+/// never reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn a_failed_memory_read_leaves_the_stored_memory_intact() {
+    use capc_health_shim::controller::memory::{MemoryStore, DATA_KEY};
+    use capc_health_shim::orphans::memory::decode;
+    use capc_health_shim::status::MemoryRead;
+
+    const MEMORY: &str = "capc-health-shim-memory";
+    const FAILED_READS: usize = 4;
+    let client = kube_client().await;
+    let _serial = SERIAL.lock().await;
+    let test = "memory_read_fails_first";
+    let mut row = Row::new(
+        test,
+        "a leader stored m-gone's CloudStackMachine in its memory and went; m-gone's CloudStackMachine is deleted while no shim watches (its VM runs on); the new leader's first 4 GETs of the memory's ConfigMap are answered 500",
+        "the stored memory byte-for-byte the same through every cycle with a failed read; the first read that succeeds takes m-gone-csm back; vm-gone reported instance-of-deleted",
+    );
+    let f = fixture(
+        client.clone(),
+        &sentinel_secret(),
+        &[
+            ("vm-keep", "healthy", "Starting"),
+            ("vm-gone", "healthy", "Starting"),
+        ],
+    )
+    .await;
+    for (m, vm) in [("m-keep", "vm-keep"), ("m-gone", "vm-gone")] {
+        f.machine(m, Some(vm), false, "fd1").await;
+    }
+    let gone_id = f.vm_ids["vm-gone"].to_ascii_lowercase();
+
+    // The earlier leader: cycles until its memory holds m-gone-csm with its instance.
+    let (c1, _) = f.controller(&["--orphan-grace", "2s"]).await;
+    let mut c1 = c1.with_memory(MemoryStore::new(&client, &f.ns, MEMORY));
+    c1.restore_memory().await;
+    let stored = wait_for!(
+        Duration::from_secs(60),
+        "the first leader stores m-gone-csm",
+        {
+            c1.cycle(Timestamp::now()).await;
+            let (binary, _) = stored_memory(&client, &f.ns, MEMORY).await;
+            binary.get(DATA_KEY).cloned().filter(|b| {
+                decode(b).is_ok_and(|m| {
+                    m.machines.iter().any(|e| {
+                        e.name == "m-gone-csm" && e.instance_id.as_deref() == Some(gone_id.as_str())
+                    })
+                })
+            })
+        }
+    );
+    drop(c1);
+    row.saw(format!(
+        "the first leader stored {} bytes with m-gone-csm",
+        stored.len()
+    ));
+    // While no shim watches: the CloudStackMachine goes without CAPC destroying its VM.
+    for (r, name) in [
+        (&f.resources.cloudstack_machine, "m-gone-csm"),
+        (&f.resources.machine, "m-gone"),
+    ] {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &f.ns, r);
+        api.delete(name, &Default::default()).await.expect("delete");
+    }
+
+    let (faulty, failed) = failing_gets(
+        client.clone(),
+        format!("/api/v1/namespaces/{}/configmaps/{MEMORY}", f.ns),
+        FAILED_READS,
+    );
+    let (c2, report) = f.controller(&["--orphan-grace", "2s"]).await;
+    let mut c2 = c2.with_memory(MemoryStore::new(&faulty, &f.ns, MEMORY));
+    c2.restore_memory().await;
+    // Each cycle tries the read again: the restore and three cycles get a 500.
+    let mut cycles_failed = 0;
+    while failed.load(Ordering::SeqCst) < FAILED_READS {
+        c2.cycle(Timestamp::now()).await;
+        cycles_failed += 1;
+        let (binary, _) = stored_memory(&client, &f.ns, MEMORY).await;
+        let now = binary.get(DATA_KEY);
+        assert_eq!(
+            now.map(Vec::len),
+            Some(stored.len()),
+            "cycle {cycles_failed} after {} failed read(s) changed the stored memory",
+            failed.load(Ordering::SeqCst)
+        );
+        assert!(
+            now == Some(&stored),
+            "cycle {cycles_failed}: stored bytes differ"
+        );
+        let m = memory_report(&*report.read().await);
+        assert_eq!(m.read, MemoryRead::Failed, "{m:?}");
+        assert!(m.held, "{m:?}");
+        let err = m.last_error.clone().unwrap_or_default();
+        assert!(
+            err.contains(&format!("ConfigMap {}/{MEMORY}", f.ns)) && err.contains(DATA_KEY),
+            "the error names the ConfigMap and key: {err}"
+        );
+        let metrics = c2.metrics().encode();
+        let held = format!(
+            "capc_health_orphan_memory_held{{configmap=\"{}/{MEMORY}\"}} 1",
+            f.ns
+        );
+        assert!(metrics.contains(&held), "{held} not in\n{metrics}");
+        assert!(
+            cycles_failed <= FAILED_READS,
+            "more cycles than failed reads"
+        );
+    }
+    row.saw(format!(
+        "{} GETs answered 500 (the restore and {cycles_failed} cycles): the stored {} bytes unchanged after each",
+        failed.load(Ordering::SeqCst),
+        stored.len()
+    ));
+    row.measure("failed_reads", failed.load(Ordering::SeqCst) as u64);
+    row.measure("cycles_with_a_failed_read", cycles_failed);
+
+    // The next read succeeds: m-gone-csm comes back, and with it vm-gone's owner.
+    let read_back_at = Timestamp::now();
+    let r = kube_support::cycle_until_report(
+        &mut c2,
+        &report,
+        Duration::from_secs(60),
+        |r| {
+            r.orphans.iter().any(|o| {
+                o.vm_id == gone_id
+                    && o.kind == capc_health_shim::status::OrphanKind::InstanceOfDeleted
+                    && o.reported_at.is_some()
+            })
+        },
+        |r| {
+            format!(
+                "orphans {:#?}, detection {:?}",
+                r.orphans, r.orphan_detection
+            )
+        },
+    )
+    .await;
+    let m = memory_report(&r);
+    assert_eq!(m.read, MemoryRead::Ok, "{m:?}");
+    assert!(!m.held, "{m:?}");
+    assert_eq!(m.read_failures, 0, "{m:?}");
+    assert_eq!(
+        m.restored, 1,
+        "m-gone-csm taken back (m-keep-csm it saw itself): {m:?}"
+    );
+    let after = between(read_back_at, Timestamp::now());
+    row.saw(format!(
+        "the read after them took back {} CloudStackMachine; vm-gone reported instance-of-deleted {after} s later",
+        m.restored
+    ));
+    row.measure("restored", m.restored as u64);
+    row.measure("reported_after_read_seconds", after);
+    // What this leader wrote after its read still holds m-gone-csm: the next leader knows it.
+    let (binary, _) = stored_memory(&client, &f.ns, MEMORY).await;
+    let now = decode(binary.get(DATA_KEY).expect("memory")).expect("decodes");
+    assert!(
+        now.machines.iter().any(|e| e.name == "m-gone-csm"),
+        "{now:?}"
+    );
+    f.cleanup().await;
+}
+
+/// With src/controller/memory.rs at 818ddc7 this fails: the unreadable memory is logged and
+/// replaced by the new leader's own at its first cycle; nothing keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn an_unreadable_memory_is_kept_aside_and_reported() {
+    use capc_health_shim::controller::memory::{
+        AsideNote, MemoryStore, ASIDE_KEY, ASIDE_NOTE_KEY, DATA_KEY,
+    };
+    use capc_health_shim::orphans::memory::decode;
+    use capc_health_shim::status::MemoryRead;
+    use std::io::Write;
+
+    const MEMORY: &str = "capc-health-shim-memory";
+    // In the stored memory and nowhere in what the shim says about it.
+    const MARKER: &str = "m-marker-7f3a";
+    const MARKER_ID: &str = "918273645";
+    let client = kube_client().await;
+    let _serial = SERIAL.lock().await;
+    let test = "memory_unreadable";
+    let mut row = Row::new(
+        test,
+        "the memory's ConfigMap holds gzip data that is not the memory's JSON (an instance id where a name belongs)",
+        "the stored bytes copied byte-for-byte under the aside key with when and why, before the leader's own memory replaces them; /status names it (read unreadable, kept_aside, a problem) and the gauge is 1; a later leader's writes keep it",
+    );
+    let f = fixture(
+        client.clone(),
+        &sentinel_secret(),
+        &[("vm-keep", "healthy", "Starting")],
+    )
+    .await;
+    f.machine("m-keep", Some("vm-keep"), false, "fd1").await;
+    let corrupt = {
+        let json = format!(
+            r#"{{"v": 1, "s": [], "m": [{{"n": "{}", "m": "{MARKER}", "i": {MARKER_ID}}}]}}"#,
+            f.ns
+        );
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(json.as_bytes()).expect("gzip");
+        z.finish().expect("gzip")
+    };
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &f.ns);
+    cms.create(
+        &Default::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": MEMORY, "namespace": f.ns},
+            "binaryData": {DATA_KEY: base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &corrupt)},
+        }))
+        .expect("ConfigMap"),
+    )
+    .await
+    .expect("create the ConfigMap");
+
+    let (c1, report) = f.controller(&[]).await;
+    let mut c1 = c1.with_memory(MemoryStore::new(&client, &f.ns, MEMORY));
+    c1.restore_memory().await;
+    let r = kube_support::cycle_until_report(
+        &mut c1,
+        &report,
+        Duration::from_secs(60),
+        |r| {
+            r.orphan_detection
+                .memory
+                .as_ref()
+                .is_some_and(|m| m.written_at.is_some())
+        },
+        |r| format!("{:?}", r.orphan_detection),
+    )
+    .await;
+    let m = memory_report(&r);
+    let (binary, data) = stored_memory(&client, &f.ns, MEMORY).await;
+    assert!(
+        binary.get(ASIDE_KEY) == Some(&corrupt),
+        "the unreadable bytes kept aside as they were: {:?}",
+        binary.keys().collect::<Vec<_>>()
+    );
+    let note: AsideNote =
+        serde_json::from_str(data.get(ASIDE_NOTE_KEY).expect("a note")).expect("note parses");
+    assert!(note.kept_at.is_some(), "{note:?}");
+    assert_eq!(note.from, DATA_KEY);
+    assert!(
+        note.reason
+            .contains(&format!("ConfigMap {}/{MEMORY}", f.ns))
+            && note.reason.contains(DATA_KEY),
+        "{note:?}"
+    );
+    let own = decode(binary.get(DATA_KEY).expect("the leader's own memory")).expect("decodes");
+    assert!(
+        own.machines.iter().any(|e| e.name == "m-keep-csm"),
+        "{own:?}"
+    );
+    assert_eq!(m.read, MemoryRead::Unreadable, "{m:?}");
+    assert!(!m.held, "written after the copy: {m:?}");
+    let kept = m.kept_aside.clone().expect("kept_aside in /status");
+    assert_eq!((kept.key.as_str(), kept.bytes), (ASIDE_KEY, corrupt.len()));
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains(ASIDE_KEY) && p.contains(MEMORY)),
+        "{:?}",
+        r.problems
+    );
+    let metrics = c1.metrics().encode();
+    let gauge = format!(
+        "capc_health_orphan_memory_kept_aside{{configmap=\"{}/{MEMORY}\"}} 1",
+        f.ns
+    );
+    assert!(metrics.contains(&gauge), "{gauge} not in\n{metrics}");
+    let said = serde_json::to_string(&r).expect("status") + &note.reason + &metrics;
+    assert!(
+        !said.contains(MARKER) && !said.contains(MARKER_ID),
+        "the memory's contents are not quoted"
+    );
+    row.saw(format!(
+        "{} bytes kept under {ASIDE_KEY} ({}), the leader's own memory ({} bytes) under {DATA_KEY}",
+        kept.bytes, note.reason, m.bytes
+    ));
+    row.measure("kept_aside_bytes", kept.bytes as u64);
+    drop(c1);
+
+    // A later leader reads its predecessor's memory, writes its own, and the copy stays.
+    let (c2, report2) = f.controller(&[]).await;
+    let mut c2 = c2.with_memory(MemoryStore::new(&client, &f.ns, MEMORY));
+    c2.restore_memory().await;
+    let r = kube_support::cycle_until_report(
+        &mut c2,
+        &report2,
+        Duration::from_secs(60),
+        |r| {
+            r.orphan_detection
+                .memory
+                .as_ref()
+                .is_some_and(|m| m.written_at.is_some())
+        },
+        |r| format!("{:?}", r.orphan_detection),
+    )
+    .await;
+    let m = memory_report(&r);
+    assert_eq!(m.read, MemoryRead::Ok, "{m:?}");
+    assert_eq!(m.kept_aside.as_ref().map(|k| k.bytes), Some(corrupt.len()));
+    let (binary, _) = stored_memory(&client, &f.ns, MEMORY).await;
+    assert!(
+        binary.get(ASIDE_KEY) == Some(&corrupt),
+        "the next leader's write kept the copy"
+    );
+    row.saw("a later leader read the memory (ok), wrote its own, and the copy is still there");
     f.cleanup().await;
 }

@@ -13,7 +13,7 @@ use capc_health_shim::http::{self, HttpState};
 use capc_health_shim::metrics::Metrics;
 use capc_health_shim::remnants::{Remnant, RemnantReason};
 use capc_health_shim::status::{
-    ClusterReport, MachineReport, OrphanKind, OrphanReport, ProbeReport, StatusReport,
+    ClusterReport, MachineReport, MemoryReport, OrphanKind, OrphanReport, ProbeReport, StatusReport,
 };
 use capc_health_shim::verdict::Status;
 use tokio::net::TcpListener;
@@ -82,6 +82,10 @@ fn recorded() -> Metrics {
         jiff::Timestamp::now(),
     );
     m.record_scope_poll(scope, Err("unauthorized"));
+    m.set_orphan_memory(&MemoryReport {
+        configmap: "capc-health-shim-system/capc-health-shim-memory".to_string(),
+        ..Default::default()
+    });
     m
 }
 

@@ -86,8 +86,10 @@ pub fn render_table(r: &StatusReport) -> String {
     if let Some(m) = &d.memory {
         let _ = writeln!(
             out,
-            "memory for the next leader: ConfigMap {}, {} CloudStackMachines stored ({} left out), {} restored at start{}",
+            "memory for the next leader: ConfigMap {}, read {}{}, {} CloudStackMachines stored ({} left out), {} restored at start{}",
             cell(&m.configmap),
+            m.read.as_str(),
+            if m.held { " (writes held until it is read)" } else { "" },
             m.stored_machines,
             m.dropped,
             m.restored,
@@ -96,6 +98,15 @@ pub fn render_table(r: &StatusReport) -> String {
                 .map(|e| format!("; last error: {}", cell(e)))
                 .unwrap_or_default()
         );
+        if let Some(k) = &m.kept_aside {
+            let _ = writeln!(
+                out,
+                "an unreadable memory is kept aside under key {} ({} bytes): {}",
+                cell(&k.key),
+                k.bytes,
+                cell(&k.reason)
+            );
+        }
     }
     if !r.orphans.is_empty() {
         out.push_str(&table(&HEADERS, &rows(&r.orphans)));

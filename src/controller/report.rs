@@ -85,15 +85,9 @@ impl Controller {
             .chain(r.clusters.keys().cloned())
             .collect();
         self.metrics.forget_gone(&scopes, &clusters);
-        if let Some(e) = r
-            .orphan_detection
-            .memory
-            .as_ref()
-            .and_then(|m| m.last_error.as_ref())
-        {
-            r.problems.push(format!(
-                "orphan report: its memory for the next leader: {e}"
-            ));
+        if let Some(m) = &r.orphan_detection.memory {
+            let problems = m.problems();
+            r.problems.extend(problems);
         }
         if let Some(p) = r.probe.clone() {
             r.problems.extend(p.last_error);

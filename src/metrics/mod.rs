@@ -165,6 +165,7 @@ pub struct Metrics {
     /// the scope does ([`Metrics::forget_gone`]): clusters and scopes come and go for weeks.
     scopes_seen: Mutex<BTreeSet<String>>,
     standing: standing::Standing,
+    memory: memory::MemoryGauges,
 }
 
 impl Default for Metrics {
@@ -293,8 +294,10 @@ impl Metrics {
             remnant_objects.clone(),
         );
         let standing = standing::Standing::register(&mut registry);
+        let memory = memory::MemoryGauges::register(&mut registry);
         Self {
             standing,
+            memory,
             registry,
             verdicts,
             verdicts_seen: Mutex::new(BTreeSet::new()),
@@ -503,6 +506,7 @@ impl Metrics {
 }
 
 mod findings;
+mod memory;
 mod standing;
 pub use standing::{ClusterLabels, MachineLabels, PollFailureLabels};
 

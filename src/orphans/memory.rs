@@ -248,12 +248,22 @@ pub fn decode(bytes: &[u8]) -> Result<Memory, MemoryError> {
         #[serde(rename = "v")]
         version: u32,
     }
-    let v: Version =
-        serde_json::from_slice(&json).map_err(|e| MemoryError::NotJson(e.to_string()))?;
+    let v: Version = serde_json::from_slice(&json).map_err(not_json)?;
     if v.version != VERSION {
         return Err(MemoryError::UnknownVersion { found: v.version });
     }
-    serde_json::from_slice(&json).map_err(|e| MemoryError::NotJson(e.to_string()))
+    serde_json::from_slice(&json).map_err(not_json)
+}
+
+/// Where the JSON broke, without serde's quote of the offending value: the memory holds names
+/// of the fleet, and this error goes to logs and `/status`.
+fn not_json(e: serde_json::Error) -> MemoryError {
+    MemoryError::NotJson(format!(
+        "{:?} error at line {} column {}",
+        e.classify(),
+        e.line(),
+        e.column()
+    ))
 }
 
 #[cfg(test)]
@@ -439,6 +449,22 @@ mod tests {
             OrphanFinder::new(SignedDuration::from_secs(1)).restore(bad_scope),
             Err(MemoryError::BadScope(3))
         );
+    }
+
+    #[test]
+    fn a_decode_error_does_not_quote_the_memory() {
+        // serde's own message would quote the offending value ("a-machine-name").
+        let e = decode(&gzip_json(
+            br#"{"v": 1, "m": [{"n": "ns", "m": 98765, "i": "a-machine-name"}]}"#,
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("line 1"), "{e}");
+        assert!(!e.contains("a-machine-name") && !e.contains("98765"), "{e}");
+        let e = decode(&gzip_json(br#"{"v": "v-secret-ish"}"#))
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("secret-ish"), "{e}");
     }
 
     fn gzip_json(json: &[u8]) -> Vec<u8> {

@@ -139,6 +139,82 @@ pub struct MemoryReport {
     pub written_at: Option<Timestamp>,
     /// The last read or write that failed (the shim goes on without it).
     pub last_error: Option<String>,
+    /// How this leader's read of the stored memory went. Until it is `ok` or `absent` (or,
+    /// once `unreadable`, until the stored bytes are kept aside) nothing is written over it.
+    pub read: MemoryRead,
+    /// Whether this leader writes nothing over the stored memory yet: not read (or its reads
+    /// fail), or an unreadable one not yet kept aside.
+    pub held: bool,
+    /// Reads that failed in a row (timeout, 5xx, refused); each cycle tries again.
+    pub read_failures: u32,
+    /// A stored memory this build could not read, copied aside in the same ConfigMap (an
+    /// earlier leader's copy, or this one's); it stays until an operator removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_aside: Option<KeptAside>,
+}
+
+impl MemoryReport {
+    /// What `/status` lists among its problems: the last failure, and a copy kept aside until
+    /// an operator has looked at it and removed it.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .last_error
+            .iter()
+            .map(|e| format!("orphan report: its memory for the next leader: {e}"))
+            .collect();
+        if let Some(k) = &self.kept_aside {
+            out.push(format!(
+                "orphan report: ConfigMap {} holds an unreadable memory kept aside under key {} ({} bytes, kept {}): {}; remove that key once looked at",
+                self.configmap,
+                k.key,
+                k.bytes,
+                k.kept_at.map_or_else(|| "at an unknown time".to_string(), |t| format!("at {t}")),
+                k.reason
+            ));
+        }
+        out
+    }
+}
+
+/// How a leader's read of the stored orphan memory went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryRead {
+    /// Not tried yet.
+    #[default]
+    Pending,
+    /// Read and taken back.
+    Ok,
+    /// No ConfigMap or no key: nothing to lose.
+    Absent,
+    /// The GET failed; tried again each cycle, nothing written meanwhile.
+    Failed,
+    /// Read but not decodable (corrupt, another format, a bad index): kept aside first.
+    Unreadable,
+}
+
+impl MemoryRead {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Ok => "ok",
+            Self::Absent => "absent",
+            Self::Failed => "failed",
+            Self::Unreadable => "unreadable",
+        }
+    }
+}
+
+/// A stored memory kept aside because it could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct KeptAside {
+    /// The ConfigMap key holding the bytes as they were read.
+    pub key: String,
+    pub bytes: usize,
+    /// When and why it was kept aside (from the note stored next to it).
+    pub kept_at: Option<Timestamp>,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
