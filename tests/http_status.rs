@@ -219,6 +219,7 @@ fn report() -> StatusReport {
             objects: 9,
             suspects: 0,
         },
+        writes: [("condition/written".to_string(), 12)].into(),
     }
 }
 

@@ -6,6 +6,7 @@
 //! escalates on is on it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use jiff::Timestamp;
 
@@ -13,7 +14,10 @@ use super::cycle::{Controller, CycleSummary};
 use super::decide::Decided;
 use super::gather::Gathered;
 use super::targets::Target;
-use super::writer::{kind, outcome, EventNote, Job, MachineRef, Outcome, WriteTarget, Writer};
+use super::writer::{
+    kind, outcome, precondition_failed, EventNote, Job, MachineRef, NotWritten, Outcome,
+    WriteTarget, Writer,
+};
 use crate::cli::to_std;
 use crate::k8s::escalation::{self, Escalation, EscalationFacts};
 use crate::k8s::kube_error::KubeError;
@@ -43,12 +47,14 @@ pub(super) struct Acted {
     pub failed_writes: BTreeMap<String, String>,
 }
 
-/// The writes handed to the writer and not finished yet, by Machine (`namespace/name`).
+/// The writes handed to the writer and not finished yet, by Machine (`namespace/name`), each
+/// with the stamp of its decision (an outcome of an older job does not clear a newer one).
 #[derive(Debug, Default)]
 pub(super) struct PendingWrites {
-    pub(super) conditions: BTreeSet<String>,
+    /// With the condition queued: a new decision that differs from it revokes it.
+    pub(super) conditions: BTreeMap<String, (u64, Arc<ConditionState>)>,
     /// With whether the Machine is a control-plane Machine (one at a time per cluster).
-    pub(super) annotations: BTreeMap<String, bool>,
+    pub(super) annotations: BTreeMap<String, (u64, bool)>,
     /// Annotations written since the cycle began (their state in `/status`).
     pub(super) annotated_now: BTreeSet<String>,
 }
@@ -67,6 +73,11 @@ impl Controller {
                     metrics: self.metrics.clone(),
                     timeout: to_std(self.args.kube_timeout),
                     refusing: Default::default(),
+                    machines: Some(self.stores.machines.clone()),
+                    max_age: max_queue_age(
+                        to_std(self.args.poll_interval),
+                        to_std(self.args.kube_timeout),
+                    ),
                 },
                 usize::try_from(self.args.write_queue).unwrap_or(usize::MAX),
                 usize::from(self.args.max_concurrent_writes),
@@ -74,13 +85,28 @@ impl Controller {
         })
     }
 
-    /// Hands `job` to the writer; `false` when its queue was full (the job is dropped).
-    pub(super) fn enqueue(&mut self, job: Job, summary: &mut CycleSummary) -> bool {
+    /// Hands `job` to the writer, as the current decision for its Machine; its stamp, or
+    /// `None` when the queue was full (the job is dropped) or the writer stopped.
+    pub(super) fn enqueue(&mut self, job: Job, summary: &mut CycleSummary) -> Option<u64> {
         let sent = self.writer().send(job);
-        if !sent {
+        if sent.is_none() {
             summary.dropped_writes += 1;
         }
         sent
+    }
+
+    /// Stops the writer for a shutdown (see [`Writer::stop`]): no write of this controller is
+    /// sent after this returns. The writes still being sent when `wait` ran out.
+    pub async fn stop_writes(&mut self, wait: std::time::Duration) -> usize {
+        match &mut self.writer {
+            Some(w) => w.stop(wait).await,
+            None => 0,
+        }
+    }
+
+    /// What became of the writer's jobs so far, `"<kind>/<outcome>"` → count (`/status`).
+    pub(super) fn write_counts(&self) -> BTreeMap<String, u64> {
+        self.writer.as_ref().map(Writer::counts).unwrap_or_default()
     }
 
     /// Writes handed to the writer and not finished.
@@ -108,6 +134,7 @@ impl Controller {
             self.write_errors.retain(|k, _| live.contains(k));
         }
         self.queue_conditions(&g.targets, &d.conditions, &d.first_write_held, summary);
+        self.revoke_annotations(g, d, now);
         if self.wait_for_writes {
             self.writes_done().await;
             self.take_outcomes(summary);
@@ -118,7 +145,11 @@ impl Controller {
             .filter(|t| {
                 t.machine.is_control_plane()
                     && (t.machine.annotated(well_known::REMEDIATE_MACHINE)
-                        || self.pending.annotations.get(&key_of(t)) == Some(&true))
+                        || self
+                            .pending
+                            .annotations
+                            .get(&key_of(t))
+                            .is_some_and(|a| a.1))
             })
             .map(|t| (t.machine.namespace.clone(), t.machine.cluster_name.clone()))
             .collect();
@@ -182,6 +213,13 @@ impl Controller {
                 summary.refused_writes
             ));
         }
+        let skipped = summary.stale_writes + summary.precondition_failed_writes;
+        if skipped > 0 {
+            summary.problems.push(format!(
+                "{} write(s) not made: {} waited past the writer's age bound, {} refused by the API server (the Machine was recreated or changed); decided again next cycle",
+                skipped, summary.stale_writes, summary.precondition_failed_writes
+            ));
+        }
         if summary.dropped_writes > 0 {
             summary.problems.push(format!(
                 "{} write(s) not queued: the writer's queue (--write-queue {}) is full; decided again next cycle",
@@ -208,7 +246,7 @@ impl Controller {
         if let Some(error) = self.write_errors.get(&machine) {
             return Some(("held", error.clone()));
         }
-        if self.pending.conditions.contains(&machine) {
+        if self.pending.conditions.contains_key(&machine) {
             return Some(("pending", "the condition is being written".into()));
         }
         if self.pending.annotations.contains_key(&machine) {
@@ -243,8 +281,13 @@ impl Controller {
                 continue;
             }
             let machine = key_of(t);
-            if self.pending.conditions.contains(&machine) {
-                continue; // its write is still queued; decided again once it is done
+            if let Some((_, queued)) = self.pending.conditions.get(&machine) {
+                // Its write is still queued; decided again once it is done. A decision that
+                // no longer matches it (a recovery, a new reason) stops it from being sent.
+                if !is_unchanged(Some(queued), next) {
+                    self.writer().decisions().revoke(&machine, kind::CONDITION);
+                }
+                continue;
             }
             let previous = t.current.as_ref().map(|c| c.status);
             let event = needs_event(previous, next.status).then(|| EventNote {
@@ -263,8 +306,10 @@ impl Controller {
                 created: t.created,
                 event,
             };
-            if self.enqueue(job, summary) {
-                self.pending.conditions.insert(machine);
+            if let Some(stamp) = self.enqueue(job, summary) {
+                self.pending
+                    .conditions
+                    .insert(machine, (stamp, condition.clone()));
                 // Laid over the watch cache until it shows a newer version (gather).
                 if let Some(uid) = &t.machine.uid {
                     self.written.insert(
@@ -285,7 +330,7 @@ impl Controller {
     /// counts, the write errors `/status` shows.
     pub(super) fn take_outcomes(&mut self, summary: &mut CycleSummary) {
         let Some(writer) = &self.writer else { return };
-        for Outcome { job, result } in writer.outcomes() {
+        for Outcome { job, stamp, result } in writer.outcomes() {
             match job {
                 Job::Condition {
                     machine,
@@ -295,7 +340,9 @@ impl Controller {
                     ..
                 } => {
                     let key = machine.key();
-                    self.pending.conditions.remove(&key);
+                    if self.pending.conditions.get(&key).map(|p| p.0) == Some(stamp) {
+                        self.pending.conditions.remove(&key);
+                    }
                     match result {
                         Ok(()) => {
                             self.write_errors.remove(&key);
@@ -306,8 +353,7 @@ impl Controller {
                             if let Some(uid) = &machine.uid {
                                 self.written.remove(uid); // not what the Machine carries
                             }
-                            self.note_failure(&e, summary);
-                            if !matches!(e, KubeError::NotLeader { .. }) {
+                            if !self.note_failure(&machine, &e, summary) {
                                 self.write_errors.insert(
                                     key,
                                     format!(
@@ -320,14 +366,19 @@ impl Controller {
                     }
                 }
                 Job::Annotation { machine, .. } => {
-                    self.pending.annotations.remove(&machine.key());
+                    let key = machine.key();
+                    if self.pending.annotations.get(&key).map(|p| p.0) == Some(stamp) {
+                        self.pending.annotations.remove(&key);
+                    }
                     match result {
                         Ok(()) => {
-                            self.pending.annotated_now.insert(machine.key());
+                            self.pending.annotated_now.insert(key);
                             summary.annotations += 1;
                             self.metrics.record_escalation("annotated");
                         }
-                        Err(e) => self.note_failure(&e, summary),
+                        Err(e) => {
+                            self.note_failure(&machine, &e, summary);
+                        }
                     }
                 }
                 Job::Event { reference, .. } => {
@@ -339,15 +390,84 @@ impl Controller {
         }
     }
 
-    fn note_failure(&mut self, e: &KubeError, summary: &mut CycleSummary) {
+    /// Counts a write that did not reach `machine`; `true` when that is nothing to show on
+    /// the Machine (not sent, refused by the Lease, or addressed to a Machine that is no more
+    /// the one decided on): only other failures hold its escalation and show in `/status`.
+    fn note_failure(
+        &mut self,
+        machine: &MachineRef,
+        e: &NotWritten,
+        summary: &mut CycleSummary,
+    ) -> bool {
         match e {
-            KubeError::NotLeader { message, .. } => {
+            NotWritten::Skipped(why) => {
+                match *why {
+                    outcome::SUPERSEDED => summary.superseded_writes += 1,
+                    outcome::STALE => summary.stale_writes += 1,
+                    outcome::PRECONDITION_FAILED => summary.precondition_failed_writes += 1,
+                    _ => {}
+                }
+                true
+            }
+            NotWritten::Failed(KubeError::NotLeader { message, .. }) => {
                 summary.refused_writes += 1;
                 self.refusal.get_or_insert_with(|| message.clone());
+                true
             }
-            e => {
+            NotWritten::Failed(e) if precondition_failed(e) => {
+                // The Machine is not the one decided on: the next cycle decides again from the
+                // one there is (never retried as it was).
+                tracing::info!(machine = %machine.key(), error = %e,
+                    "write refused by its precondition; decided again next cycle");
+                summary.precondition_failed_writes += 1;
+                true
+            }
+            NotWritten::Failed(e) => {
                 tracing::warn!(error = %e, "write failed; decided again next cycle");
                 summary.problems.push(e.to_string());
+                false
+            }
+        }
+    }
+
+    /// Revokes the queued annotation of every Machine for which it is no longer the decision:
+    /// gone, its condition no longer `False` as escalated on, or the guards no longer allow it
+    /// (its own queued annotation aside). The writer then does not send it.
+    fn revoke_annotations(&mut self, g: &Gathered, d: &Decided, now: Timestamp) {
+        if self.pending.annotations.is_empty() {
+            return;
+        }
+        let mut still: BTreeSet<String> = BTreeSet::new();
+        for (t, next) in g.targets.iter().zip(&d.conditions) {
+            let key = key_of(t);
+            if !self.pending.annotations.contains_key(&key) {
+                continue;
+            }
+            let Some(published) = next else { continue };
+            let m = &t.machine;
+            let decision = escalation::decide(&EscalationFacts {
+                mode: self.api.mode,
+                machine: m,
+                status: published.status,
+                since: published.last_transition_time,
+                now,
+                delay: self.args.escalation_delay,
+                covered_by_mhc: t.mhc_covered,
+                cluster_paused: t.cluster_paused,
+                control_plane_escalation_in_flight: false,
+            });
+            if decision == Escalation::Annotate {
+                still.insert(key);
+            }
+        }
+        let writer = self.writer.as_ref();
+        for key in self.pending.annotations.keys() {
+            if !still.contains(key) {
+                tracing::info!(machine = %key,
+                    "the queued remediate annotation no longer holds; not sent");
+                if let Some(w) = writer {
+                    w.decisions().revoke(key, kind::ANNOTATION);
+                }
             }
         }
     }
@@ -429,10 +549,10 @@ impl Controller {
                         note,
                     },
                 };
-                if self.enqueue(job, summary) {
+                if let Some(stamp) = self.enqueue(job, summary) {
                     self.pending
                         .annotations
-                        .insert(key_of(t), m.is_control_plane());
+                        .insert(key_of(t), (stamp, m.is_control_plane()));
                     state.state = "pending";
                     state.detail = Some("the remediate annotation is being written".into());
                     if m.is_control_plane() {
@@ -459,5 +579,15 @@ fn machine_ref(t: &Target) -> MachineRef {
         namespace: t.machine.namespace.clone(),
         name: t.machine.name.clone(),
         uid: t.machine.uid.clone(),
+        resource_version: t.machine.resource_version.clone(),
     }
+}
+
+/// The oldest a queued write may be when its turn comes: two poll intervals (by then the
+/// cycle has decided the Machine twice more) plus one write's timeout.
+pub(super) fn max_queue_age(
+    poll_interval: std::time::Duration,
+    kube_timeout: std::time::Duration,
+) -> std::time::Duration {
+    poll_interval.saturating_mul(2).saturating_add(kube_timeout)
 }

@@ -103,6 +103,12 @@ pub struct CycleSummary {
     pub refused_writes: usize,
     /// Writes not queued because the writer's queue was full (decided again next cycle).
     pub dropped_writes: usize,
+    /// Queued writes not sent: the cycle had decided otherwise for the Machine by their turn.
+    pub superseded_writes: usize,
+    /// Queued writes not sent: they waited past the writer's age bound.
+    pub stale_writes: usize,
+    /// Writes the API server refused: the Machine was recreated or changed since the decision.
+    pub precondition_failed_writes: usize,
     /// The Lease turned out to be someone else's: this replica must stop.
     pub lost_lease: bool,
     pub problems: Vec<String>,

@@ -404,12 +404,12 @@ pub async fn apply_condition(
     client: &Client,
     machine: &ApiResource,
     layout: ConditionLayout,
-    (namespace, name): (&str, &str),
+    (namespace, name, uid): (&str, &str, Option<&str>),
     condition: &ConditionState,
     timeout: Duration,
 ) -> Result<(), KubeError> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, machine);
-    let body = apply_body(layout, namespace, name, condition);
+    let body = apply_body(layout, namespace, name, uid, condition);
     let what = format!("condition on Machine {namespace}/{name}");
     within(timeout, what.clone(), async {
         api.patch_status(
@@ -424,16 +424,44 @@ pub async fn apply_condition(
     .await
 }
 
-/// Sets `cluster.x-k8s.io/remediate-machine` (a merge patch of that one key), within `timeout`.
+/// The Machine an annotation was decided on: it is written only to that one.
+pub struct Precondition<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: Option<&'a str>,
+    pub resource_version: Option<&'a str>,
+}
+
+/// The merge patch that sets `cluster.x-k8s.io/remediate-machine`, with the Machine's `uid`
+/// and `resourceVersion` as preconditions: the API server refuses it (409) when the Machine
+/// was recreated under the same name or changed since the cycle read it — the next cycle
+/// then decides again from what it is. A `resourceVersion` can cost a cycle when something
+/// else updated the Machine meanwhile; a Machine whose VM has failed for the escalation delay
+/// rarely changes, and a recycle on a stale reading costs a whole VM.
+pub fn annotation_patch(p: &Precondition<'_>, why: &str) -> serde_json::Value {
+    let mut metadata =
+        json!({"annotations": {well_known::REMEDIATE_MACHINE: format!("capc-health-shim: {why}")}});
+    if let Some(uid) = p.uid {
+        metadata["uid"] = json!(uid);
+    }
+    if let Some(rv) = p.resource_version {
+        metadata["resourceVersion"] = json!(rv);
+    }
+    json!({ "metadata": metadata })
+}
+
+/// Sets `cluster.x-k8s.io/remediate-machine` (a merge patch of that one key, under the
+/// preconditions of [`annotation_patch`]), within `timeout`.
 pub async fn annotate_for_remediation(
     client: &Client,
     machine: &ApiResource,
-    (namespace, name): (&str, &str),
+    p: Precondition<'_>,
     why: &str,
     timeout: Duration,
 ) -> Result<(), KubeError> {
+    let (namespace, name) = (p.namespace, p.name);
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, machine);
-    let patch = json!({"metadata": {"annotations": {well_known::REMEDIATE_MACHINE: format!("capc-health-shim: {why}")}}});
+    let patch = annotation_patch(&p, why);
     let what = format!("annotation on Machine {namespace}/{name}");
     within(timeout, what.clone(), async {
         // Under the shim's field manager, so metadata.managedFields says who asked for the

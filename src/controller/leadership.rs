@@ -55,6 +55,10 @@ pub struct LeaseGate {
     /// The expiry of our hold as last read.
     confirmed_until: Mutex<Option<Timestamp>>,
     lost: AtomicBool,
+    /// Why this replica may no longer write at all: the Lease was released (shutdown) or its
+    /// renewal failed. Checked before the cached hold, which would still say "ours" — the
+    /// Lease's holder is cleared on release, so a successor may already be writing.
+    revoked: std::sync::Mutex<Option<String>>,
 }
 
 impl LeaseGate {
@@ -65,6 +69,7 @@ impl LeaseGate {
             write_timeout,
             confirmed_until: Mutex::new(None),
             lost: AtomicBool::new(false),
+            revoked: std::sync::Mutex::new(None),
         }
     }
 
@@ -84,7 +89,25 @@ impl LeaseGate {
             write_timeout,
             confirmed_until: Mutex::new(None),
             lost: AtomicBool::new(false),
+            revoked: std::sync::Mutex::new(None),
         }
+    }
+
+    /// No write passes this gate any more, whatever was last read of the Lease: called before
+    /// the Lease is released, and when its renewal reports it lost. The first reason stands.
+    pub fn revoke(&self, why: &str) {
+        let mut revoked = self
+            .revoked
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        revoked.get_or_insert_with(|| why.to_string());
+    }
+
+    fn revoked(&self) -> Option<String> {
+        self.revoked
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// Whether a refusal said the Lease is someone else's.
@@ -96,6 +119,9 @@ impl LeaseGate {
     /// Lease when what was last read does not cover it. Writers hold the lock while reading,
     /// so concurrent writes share one read.
     pub async fn confirm(&self) -> Result<(), Refusal> {
+        if let Some(why) = self.revoked() {
+            return Err(Refusal::Lost(why));
+        }
         let Some(held) = &self.held else {
             return Ok(());
         };
@@ -112,6 +138,11 @@ impl LeaseGate {
         if matches!(&refusal, Err(Refusal::Unconfirmed(why)) if why.contains("too soon")) {
             tokio::time::sleep(RENEWAL_WAIT).await;
             refusal = self.read(held, timeout, &mut until).await;
+        }
+        // Revoked while the Lease was being read (a release does not wait for this lock).
+        if let Some(why) = self.revoked() {
+            *until = None;
+            return Err(Refusal::Lost(why));
         }
         refusal
     }
@@ -163,5 +194,44 @@ impl LeaseGate {
                 Err(Refusal::Lost(why))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_revoked_gate_refuses_whatever_it_read_before() {
+        let gate = LeaseGate::unelected(Duration::from_secs(5));
+        assert_eq!(gate.confirm().await, Ok(()));
+        gate.revoke("the leader Lease was released");
+        gate.revoke("a later reason");
+        assert_eq!(
+            gate.confirm().await,
+            Err(Refusal::Lost("the leader Lease was released".into()))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_revoked_gate_does_not_trust_its_cached_hold() {
+        // A client that reaches nothing: any read of the Lease would fail, so an Ok can only
+        // come from the cached expiry.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let gate = LeaseGate::leading(
+            Api::namespaced(client, "ns"),
+            "l",
+            "me",
+            Duration::from_secs(1),
+        );
+        *gate.confirmed_until.lock().await = Some(Timestamp::now() + SignedDuration::from_secs(60));
+        assert_eq!(
+            gate.confirm().await,
+            Ok(()),
+            "the cached hold covers a write"
+        );
+        gate.revoke("the leader Lease was released");
+        assert!(matches!(gate.confirm().await, Err(Refusal::Lost(_))));
     }
 }

@@ -72,6 +72,7 @@ impl Controller {
             orphan_detection,
             remnants,
             remnant_detection,
+            writes: self.write_counts(),
             ..Default::default()
         };
         // Series of scopes that are gone (past their retention) and of deleted Clusters go too.

@@ -1,7 +1,9 @@
 //! `capc-health-shim run`: wiring. Start the HTTP side, discover what the cluster serves
 //! (readiness stays false until it does), start the watches, take the leader Lease, then poll
 //! on a jittered interval until SIGTERM — which stops intake, lets the cycle in flight finish,
-//! releases the Lease and stops the HTTP server.
+//! stops the writer (queued writes are dropped, those being sent get [`SHUTDOWN_WRITES`], then
+//! the writer is aborted), closes the Lease gate, releases the Lease and stops the HTTP server:
+//! once the Lease is released this process sends no write.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +37,7 @@ pub mod exit {
 
 use super::config::{LEASE_RENEW_BEFORE_SECONDS, LEASE_SECONDS};
 
-/// How long a stopping leader waits for the writes it already decided.
+/// How long a stopping leader waits for the writes being sent (queued ones are dropped).
 const SHUTDOWN_WRITES: Duration = Duration::from_secs(10);
 
 /// How often discovery runs again while leading (CAPI upgrades flip served versions).
@@ -290,6 +292,16 @@ pub async fn main(args: RunArgs) -> u8 {
     tracing::info!("leading: polling CloudStack and publishing verdicts");
 
     let gate = Arc::new(gate);
+    // The renewal reports the Lease lost (or the renewer ended): the gate closes at once, not
+    // at the next cycle, so a cycle in progress writes nothing more. Holds a receiver of the
+    // renewal watch: aborted before the Lease is released (releasing waits for every receiver).
+    let renewal_watch = lease.as_ref().map(|(rx, _)| {
+        let (mut rx, gate) = (rx.clone(), gate.clone());
+        tokio::spawn(async move {
+            let _ = rx.wait_for(|leader| !*leader).await;
+            gate.revoke("the leader Lease renewal lost it");
+        })
+    });
     let mut controller = Controller::new(
         client.clone(),
         args.clone(),
@@ -368,19 +380,30 @@ pub async fn main(args: RunArgs) -> u8 {
             _ = controller.wait_probing(jittered(interval)) => {}
         }
     }
-    if code == exit::STOPPED {
-        // Still the leader: let the writes already decided go out before the Lease is released.
-        if tokio::time::timeout(SHUTDOWN_WRITES, controller.writes_done())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                left = controller.writes_in_flight(),
-                "stopping with writes not sent; the next leader decides them again"
-            );
-        }
+    // Writes end before the Lease is released: nothing queued is started, what is being sent
+    // gets SHUTDOWN_WRITES (none when leadership is lost: the gate refuses them anyway), then
+    // the writer is aborted.
+    let wait = if code == exit::STOPPED {
+        SHUTDOWN_WRITES
+    } else {
+        Duration::ZERO
+    };
+    let queued = controller.writes_in_flight();
+    let left = controller.stop_writes(wait).await;
+    if queued > 0 {
+        tracing::warn!(
+            queued,
+            cut_off = left,
+            "stopping with writes not sent; the next leader decides them again"
+        );
     }
+    // Closed before the release: a cached confirmation must not let anything through after.
+    gate.revoke("the leader Lease was released (shutdown)");
     metrics.set_leader(false);
+    if let Some(watch) = renewal_watch {
+        watch.abort();
+        let _ = watch.await;
+    }
     if let Some((rx, task)) = lease {
         drop(rx); // dropping every receiver releases the Lease
         let _ = tokio::time::timeout(Duration::from_secs(5), task).await;

@@ -6,10 +6,18 @@
 //! decides again (the Machine still lacks the condition). Outcomes come back to the cycle
 //! ([`Writer::outcomes`]) with the job that produced them, for its bookkeeping. Each job first
 //! passes the [`LeaseGate`] and runs under `--kube-timeout`, as before.
+//!
+//! A job is sent only while it is still true (issue 40 item 4): right before it is sent, a
+//! Machine's job must still be the cycle's current decision for that Machine ([`Decisions`]: a
+//! newer decision or a recovery revokes it) and no older than the writer's age bound; writes
+//! to a Machine carry its `uid` (the annotation its `resourceVersion` too), so a recreated or
+//! changed Machine refuses them, and a refusal is decided again by the next cycle, never
+//! retried here. [`Writer::stop`] ends intake at shutdown and drops what has not started.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -42,6 +50,16 @@ pub mod outcome {
     pub const TIMED_OUT: &str = "timed_out";
     pub const DROPPED: &str = "dropped";
     pub const REFUSED: &str = "refused";
+    /// Not sent: by its turn the cycle had decided otherwise for the Machine (a newer
+    /// decision, a recovery, the Machine gone).
+    pub const SUPERSEDED: &str = "superseded";
+    /// Not sent: it waited in the queue longer than the writer's age bound.
+    pub const STALE: &str = "stale";
+    /// Sent and refused by the API server: the Machine is not the one decided on (another
+    /// `uid`: deleted and recreated; or, for the annotation, changed since it was read).
+    pub const PRECONDITION_FAILED: &str = "precondition_failed";
+    /// Not sent: queued when the shim stopped (shutdown drops what has not started).
+    pub const SHUTDOWN: &str = "shutdown";
 }
 
 /// A Machine a job writes to.
@@ -50,6 +68,8 @@ pub(super) struct MachineRef {
     pub namespace: String,
     pub name: String,
     pub uid: Option<String>,
+    /// The version the decision was made on (the annotation's precondition).
+    pub resource_version: Option<String>,
 }
 
 impl MachineRef {
@@ -97,11 +117,19 @@ pub(super) enum Job {
 }
 
 impl Job {
-    fn kind(&self) -> &'static str {
+    pub(super) fn kind(&self) -> &'static str {
         match self {
             Job::Condition { .. } => kind::CONDITION,
             Job::Annotation { .. } => kind::ANNOTATION,
             Job::Event { .. } => kind::EVENT,
+        }
+    }
+
+    /// The Machine a job writes to (an orphan's Event has none).
+    fn machine(&self) -> Option<&MachineRef> {
+        match self {
+            Job::Condition { machine, .. } | Job::Annotation { machine, .. } => Some(machine),
+            Job::Event { .. } => None,
         }
     }
 
@@ -126,17 +154,141 @@ impl Job {
 #[derive(Debug)]
 pub(super) struct Outcome {
     pub job: Job,
-    pub result: Result<(), KubeError>,
+    /// The decision the job was queued as ([`Decisions`]); 0 for an orphan's Event.
+    pub stamp: u64,
+    pub result: Result<(), NotWritten>,
+}
+
+/// Why a job's write did not reach the Machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum NotWritten {
+    /// Not sent: no longer the current decision, too old, or the writer stopped
+    /// ([`outcome::SUPERSEDED`], [`outcome::STALE`], [`outcome::SHUTDOWN`]).
+    Skipped(&'static str),
+    /// Sent (or refused by the Lease gate) and failed.
+    Failed(KubeError),
+}
+
+impl std::fmt::Display for NotWritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotWritten::Skipped(why) => write!(f, "not sent ({why})"),
+            NotWritten::Failed(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Whether the API server refused a write because the Machine is not the one it was decided
+/// on: a `uid` or `resourceVersion` precondition (409). The shim's condition is applied with
+/// `force`, so a field-manager conflict cannot be the cause of a 409.
+pub(super) fn precondition_failed(e: &KubeError) -> bool {
+    matches!(e, KubeError::Conflict { .. })
 }
 
 /// The label of `capc_health_writes_total` for a job's result.
-pub(super) fn outcome_label(result: &Result<(), KubeError>) -> &'static str {
+pub(super) fn outcome_label(result: &Result<(), NotWritten>) -> &'static str {
     match result {
         Ok(()) => outcome::WRITTEN,
-        Err(KubeError::NotLeader { .. }) => outcome::REFUSED,
-        Err(KubeError::Timeout { .. }) => outcome::TIMED_OUT,
-        Err(_) => outcome::FAILED,
+        Err(NotWritten::Skipped(why)) => why,
+        Err(NotWritten::Failed(e)) => match e {
+            KubeError::NotLeader { .. } => outcome::REFUSED,
+            KubeError::Timeout { .. } => outcome::TIMED_OUT,
+            e if precondition_failed(e) => outcome::PRECONDITION_FAILED,
+            _ => outcome::FAILED,
+        },
     }
+}
+
+/// Whether the Machine a job was decided on is still the one the watch cache shows under its
+/// name: `cached` is `None` when the cache has no Machine of that name, else its `uid`. A job
+/// without a `uid` (never the case for a Machine read from the API server) is not held back.
+///
+/// Why a client-side check for the condition: the API server ignores `metadata.uid` in a
+/// write to a custom resource's `status` subresource (its status strategy copies the stored
+/// metadata over the request's), so the apply body's `uid` refuses nothing there; and a
+/// `resourceVersion` precondition would make every condition write lose to any other writer
+/// of the Machine (CAPI patches Machines often). The annotation, a write to the Machine
+/// itself, also carries `uid` and `resourceVersion` for the API server to check.
+pub(super) fn same_machine(job_uid: Option<&str>, cached: Option<Option<&str>>) -> bool {
+    match (job_uid, cached) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(uid), Some(now)) => now == Some(uid),
+    }
+}
+
+/// What the writer does with a job whose turn came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Due {
+    Send,
+    /// Not the current decision any more ([`outcome::SUPERSEDED`]).
+    Superseded,
+    /// Queued longer than the age bound ([`outcome::STALE`]).
+    Stale,
+}
+
+/// Whether a job queued as decision `stamp` (`None`: not about a Machine), `age` ago, may
+/// still be sent when the Machine's current decision is `current` and jobs may wait at most
+/// `max_age`. A revoked or replaced decision wins over age: it says more.
+pub(super) fn due(
+    stamp: Option<u64>,
+    current: Option<u64>,
+    age: Duration,
+    max_age: Duration,
+) -> Due {
+    if stamp.is_some() && stamp != current {
+        Due::Superseded
+    } else if age > max_age {
+        Due::Stale
+    } else {
+        Due::Send
+    }
+}
+
+/// The cycle's current decision per Machine and kind of write, shared with the writer: each
+/// job queued about a Machine gets a new stamp that replaces the one before; a decision that
+/// no longer holds is revoked. The writer sends a job only while its stamp is the current one.
+#[derive(Debug, Default)]
+pub(super) struct Decisions {
+    current: Mutex<HashMap<(String, &'static str), u64>>,
+    next: AtomicU64,
+}
+
+impl Decisions {
+    /// A new decision for `machine`'s `kind` of write; earlier ones of that kind are void.
+    pub fn decide(&self, machine: &str, kind: &'static str) -> u64 {
+        let stamp = self.next.fetch_add(1, Ordering::AcqRel) + 1;
+        lock(&self.current).insert((machine.to_string(), kind), stamp);
+        stamp
+    }
+
+    /// The decision no longer holds (the Machine recovered, changed or is gone).
+    pub fn revoke(&self, machine: &str, kind: &'static str) {
+        lock(&self.current).remove(&(machine.to_string(), kind));
+    }
+
+    /// Clears a decision once its job is done, unless a newer one replaced it meanwhile.
+    fn settle(&self, machine: &str, kind: &'static str, stamp: u64) {
+        let mut current = lock(&self.current);
+        let key = (machine.to_string(), kind);
+        if current.get(&key) == Some(&stamp) {
+            current.remove(&key);
+        }
+    }
+
+    fn current(&self, machine: &str, kind: &'static str) -> Option<u64> {
+        lock(&self.current)
+            .get(&(machine.to_string(), kind))
+            .copied()
+    }
+}
+
+/// A job in the queue: when it was decided and as which decision.
+#[derive(Debug)]
+struct Queued {
+    job: Job,
+    stamp: u64,
+    decided_at: Instant,
 }
 
 /// What the writer needs to write.
@@ -151,39 +303,67 @@ pub(super) struct WriteTarget {
     pub timeout: Duration,
     /// Whether the last write was refused (the warning is logged once per run of refusals).
     pub refusing: Arc<AtomicBool>,
+    /// The oldest a queued job may be when its turn comes; older ones are dropped as stale
+    /// (the next cycle decides again from what the Machine is by then).
+    pub max_age: Duration,
+    /// The watch cache of Machines: a job is not sent to a Machine it shows gone or with
+    /// another `uid` (see [`same_machine`]).
+    pub machines: Option<kube_io::Watched<crate::k8s::watched::MachineRecord>>,
 }
 
 /// The cycle's handle on the writer task.
 pub(super) struct Writer {
-    queue: mpsc::Sender<Job>,
+    queue: mpsc::Sender<Queued>,
     done: Arc<Mutex<Vec<Outcome>>>,
     /// Jobs queued or being written.
     in_flight: Arc<AtomicUsize>,
     idle: Arc<Notify>,
     metrics: Arc<Metrics>,
+    decisions: Arc<Decisions>,
+    /// Set by [`Writer::stop`]: nothing more is queued, started or sent.
+    stopped: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+    /// Every job's outcome since the writer started, by `(kind, outcome)` (`/status`).
+    counts: Arc<Mutex<BTreeMap<(&'static str, &'static str), u64>>>,
 }
 
 impl Writer {
     /// Starts the task: at most `concurrency` jobs at once, at most `capacity` waiting.
     pub fn start(target: WriteTarget, capacity: usize, concurrency: usize) -> Self {
-        let (queue, jobs) = mpsc::channel::<Job>(capacity.max(1));
+        let (queue, jobs) = mpsc::channel::<Queued>(capacity.max(1));
         let done = Arc::new(Mutex::new(Vec::new()));
         let in_flight = Arc::new(AtomicUsize::new(0));
         let idle = Arc::new(Notify::new());
         let metrics = target.metrics.clone();
-        {
+        let decisions = Arc::new(Decisions::default());
+        let stopped = Arc::new(AtomicBool::new(false));
+        let counts: Arc<Mutex<BTreeMap<(&'static str, &'static str), u64>>> = Arc::default();
+        let task = {
             let (done, in_flight, idle) = (done.clone(), in_flight.clone(), idle.clone());
+            let (decisions, stopped, counts) = (decisions.clone(), stopped.clone(), counts.clone());
             tokio::spawn(async move {
                 tokio_stream_of(jobs)
-                    .for_each_concurrent(concurrency.max(1), |job| {
+                    .for_each_concurrent(concurrency.max(1), |queued| {
                         let (target, done, in_flight, idle) =
                             (&target, done.clone(), in_flight.clone(), idle.clone());
+                        let (decisions, stopped, counts) =
+                            (decisions.clone(), stopped.clone(), counts.clone());
                         async move {
-                            let result = target.run(&job).await;
-                            target
-                                .metrics
-                                .record_write_outcome(job.kind(), outcome_label(&result));
-                            lock(&done).push(Outcome { job, result });
+                            let Queued {
+                                job,
+                                stamp,
+                                decided_at,
+                            } = queued;
+                            let result = target
+                                .turn(&job, stamp, decided_at, &decisions, &stopped)
+                                .await;
+                            let label = outcome_label(&result);
+                            target.metrics.record_write_outcome(job.kind(), label);
+                            *lock(&counts).entry((job.kind(), label)).or_default() += 1;
+                            if let Some(m) = job.machine() {
+                                decisions.settle(&m.key(), job.kind(), stamp);
+                            }
+                            lock(&done).push(Outcome { job, stamp, result });
                             if in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
                                 idle.notify_waiters();
                             }
@@ -193,34 +373,90 @@ impl Writer {
                         }
                     })
                     .await;
-            });
-        }
+            })
+        };
         Self {
             queue,
             done,
             in_flight,
             idle,
             metrics,
+            decisions,
+            stopped,
+            task,
+            counts,
         }
+    }
+
+    /// The current decisions the writer checks jobs against.
+    pub fn decisions(&self) -> &Decisions {
+        &self.decisions
+    }
+
+    /// Every job's outcome since the writer started, as `"<kind>/<outcome>"` → count.
+    pub fn counts(&self) -> BTreeMap<String, u64> {
+        lock(&self.counts)
+            .iter()
+            .map(|((k, o), n)| (format!("{k}/{o}"), *n))
+            .collect()
+    }
+
+    /// Stops the writer for a shutdown: nothing more is queued; queued jobs that have not
+    /// started are dropped ([`outcome::SHUTDOWN`]); writes being sent get up to `wait`, then
+    /// the task is aborted, so that nothing is sent after this returns. Returns the writes
+    /// that were still being sent when the wait ran out.
+    pub async fn stop(&mut self, wait: Duration) -> usize {
+        self.stopped.store(true, Ordering::Release);
+        let left = match tokio::time::timeout(wait, self.idle()).await {
+            Ok(()) => 0,
+            Err(_) => self.in_flight(),
+        };
+        self.task.abort();
+        // Aborted (or finished): once awaited, none of its futures can send anything.
+        let _ = (&mut self.task).await;
+        left
     }
 
     /// Queues `job`; `false` when the queue is full (the job is dropped and counted: the next
     /// cycle decides it again).
-    pub fn send(&self, job: Job) -> bool {
+    /// A job about a Machine becomes that Machine's current decision of its kind (any older
+    /// one still queued is then not sent). Returns the job's stamp.
+    pub fn send(&self, job: Job) -> Option<u64> {
         let kind = job.kind();
+        if self.stopped.load(Ordering::Acquire) {
+            self.count(kind, outcome::SHUTDOWN);
+            return None;
+        }
+        let stamp = job
+            .machine()
+            .map_or(0, |m| self.decisions.decide(&m.key(), kind));
+        let key = job.machine().map(MachineRef::key);
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        match self.queue.try_send(job) {
+        let queued = Queued {
+            job,
+            stamp,
+            decided_at: Instant::now(),
+        };
+        match self.queue.try_send(queued) {
             Ok(()) => {
                 self.metrics
                     .set_write_queue(self.in_flight.load(Ordering::Acquire));
-                true
+                Some(stamp)
             }
             Err(_) => {
                 self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                self.metrics.record_write_outcome(kind, outcome::DROPPED);
-                false
+                if let Some(key) = key {
+                    self.decisions.settle(&key, kind, stamp);
+                }
+                self.count(kind, outcome::DROPPED);
+                None
             }
         }
+    }
+
+    fn count(&self, kind: &'static str, label: &'static str) {
+        self.metrics.record_write_outcome(kind, label);
+        *lock(&self.counts).entry((kind, label)).or_default() += 1;
     }
 
     /// The jobs finished since the last call.
@@ -250,13 +486,62 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The receiver as a stream (tokio's `Receiver` has no `Stream` impl without tokio-stream).
-fn tokio_stream_of(mut jobs: mpsc::Receiver<Job>) -> impl futures::Stream<Item = Job> {
+fn tokio_stream_of(mut jobs: mpsc::Receiver<Queued>) -> impl futures::Stream<Item = Queued> {
     futures::stream::poll_fn(move |cx| jobs.poll_recv(cx))
 }
 
 impl WriteTarget {
+    /// A job's turn: dropped if the writer stopped, the job is no longer the Machine's current
+    /// decision or it waited too long; else run. Checked again after the Lease is confirmed
+    /// (that can wait on a read), right before the write is sent.
+    async fn turn(
+        &self,
+        job: &Job,
+        stamp: u64,
+        decided_at: Instant,
+        decisions: &Decisions,
+        stopped: &AtomicBool,
+    ) -> Result<(), NotWritten> {
+        let check = || {
+            if stopped.load(Ordering::Acquire) {
+                return Some(outcome::SHUTDOWN);
+            }
+            if let (Some(m), Some(store)) = (job.machine(), &self.machines) {
+                let cached = store.get(&m.namespace, &m.name);
+                let cached = cached.as_ref().map(|r| r.view.uid.as_deref());
+                if !same_machine(m.uid.as_deref(), cached) {
+                    return Some(outcome::PRECONDITION_FAILED);
+                }
+            }
+            let machine = job.machine().map(MachineRef::key);
+            let current = machine
+                .as_ref()
+                .and_then(|m| decisions.current(m, job.kind()));
+            match due(
+                machine.as_ref().map(|_| stamp),
+                current,
+                decided_at.elapsed(),
+                self.max_age,
+            ) {
+                Due::Send => None,
+                Due::Superseded => Some(outcome::SUPERSEDED),
+                Due::Stale => Some(outcome::STALE),
+            }
+        };
+        if let Some(why) = check() {
+            tracing::debug!(object = %job.object(), kind = job.kind(), outcome = why,
+                "queued write not sent");
+            return Err(NotWritten::Skipped(why));
+        }
+        self.run(job, &check).await
+    }
+
     /// One job: its write behind the Lease, then its Event (also behind the Lease).
-    async fn run(&self, job: &Job) -> Result<(), KubeError> {
+    async fn run(
+        &self,
+        job: &Job,
+        check: &(dyn Fn() -> Option<&'static str> + Sync),
+    ) -> Result<(), NotWritten> {
         let object = job.object();
         match job {
             Job::Condition {
@@ -269,11 +554,12 @@ impl WriteTarget {
                     &self.client,
                     &self.machine,
                     self.layout,
-                    (&machine.namespace, &machine.name),
+                    (&machine.namespace, &machine.name, machine.uid.as_deref()),
                     condition,
                     self.timeout,
                 );
-                self.gated(kind::CONDITION, &object, write).await?;
+                self.gated(kind::CONDITION, &object, Some(check), write)
+                    .await?;
                 tracing::debug!(machine = %machine.key(), status = %condition.status,
                     reason = %condition.reason, "condition written");
                 if let Some(e) = event {
@@ -290,11 +576,17 @@ impl WriteTarget {
                 let write = kube_io::annotate_for_remediation(
                     &self.client,
                     &self.machine,
-                    (&machine.namespace, &machine.name),
+                    kube_io::Precondition {
+                        namespace: &machine.namespace,
+                        name: &machine.name,
+                        uid: machine.uid.as_deref(),
+                        resource_version: machine.resource_version.as_deref(),
+                    },
                     reason,
                     self.timeout,
                 );
-                self.gated(kind::ANNOTATION, &object, write).await?;
+                self.gated(kind::ANNOTATION, &object, Some(check), write)
+                    .await?;
                 tracing::warn!(machine = %machine.key(), reason = %reason,
                     "escalated: remediate-machine annotation set");
                 self.machine_event(machine, event).await;
@@ -313,7 +605,7 @@ impl WriteTarget {
                     event.note.clone(),
                     self.timeout,
                 );
-                self.gated(kind::EVENT, &object, write).await
+                self.gated(kind::EVENT, &object, Some(check), write).await
             }
         }
     }
@@ -328,23 +620,28 @@ impl WriteTarget {
             self.timeout,
         );
         let object = format!("Machine {}", machine.key());
-        if let Err(err) = self.gated(kind::EVENT, &object, write).await {
+        if let Err(err) = self.gated(kind::EVENT, &object, None, write).await {
             tracing::warn!(machine = %machine.key(), error = %err, "cannot publish Event");
         }
     }
 
-    /// Sends one write of `kind` about `object` if the Lease is confirmed, and counts its
-    /// result; a refusal is the write's error ([`KubeError::NotLeader`]) and nothing is sent
-    /// (`write` is a future: it does nothing until awaited here).
+    /// Sends one write of `kind` about `object` if the Lease is confirmed and `check` (the
+    /// job still due) passes after that, and counts its result; a refusal is the write's error
+    /// ([`KubeError::NotLeader`]) and nothing is sent (`write` is a future: it does nothing
+    /// until awaited here).
     async fn gated(
         &self,
         kind: &str,
         object: &str,
+        check: Option<&(dyn Fn() -> Option<&'static str> + Sync)>,
         write: impl std::future::Future<Output = Result<(), KubeError>>,
-    ) -> Result<(), KubeError> {
+    ) -> Result<(), NotWritten> {
         let outcome = match self.lease.confirm().await {
             Ok(()) => {
                 self.refusing.store(false, Ordering::Release);
+                if let Some(why) = check.and_then(|c| c()) {
+                    return Err(NotWritten::Skipped(why));
+                }
                 write.await
             }
             Err(refusal) => {
@@ -367,7 +664,7 @@ impl WriteTarget {
         };
         let label = outcome.as_ref().map_or_else(KubeError::label, |()| "ok");
         self.metrics.record_write(kind, label);
-        outcome
+        outcome.map_err(NotWritten::Failed)
     }
 }
 
@@ -377,21 +674,78 @@ mod tests {
 
     #[test]
     fn outcomes_are_labelled_by_what_stopped_them() {
-        let timeout = Err(KubeError::Timeout {
+        let failed = |e| Err(NotWritten::Failed(e));
+        let timeout = failed(KubeError::Timeout {
             what: "x".into(),
             after: Duration::from_secs(5),
         });
-        let refused = Err(KubeError::NotLeader {
+        let refused = failed(KubeError::NotLeader {
             what: "x".into(),
             message: "y".into(),
         });
-        let conflict = Err(KubeError::Conflict {
+        let conflict = failed(KubeError::Conflict {
             what: "x".into(),
+            message: "y".into(),
+        });
+        let unavailable = failed(KubeError::Unavailable {
+            what: "x".into(),
+            code: 503,
             message: "y".into(),
         });
         assert_eq!(outcome_label(&Ok(())), outcome::WRITTEN);
         assert_eq!(outcome_label(&timeout), outcome::TIMED_OUT);
         assert_eq!(outcome_label(&refused), outcome::REFUSED);
-        assert_eq!(outcome_label(&conflict), outcome::FAILED);
+        assert_eq!(outcome_label(&conflict), outcome::PRECONDITION_FAILED);
+        assert_eq!(outcome_label(&unavailable), outcome::FAILED);
+        assert_eq!(
+            outcome_label(&Err(NotWritten::Skipped(outcome::STALE))),
+            outcome::STALE
+        );
+    }
+
+    #[test]
+    fn a_job_is_sent_only_while_it_is_the_current_decision_and_young_enough() {
+        let s = Duration::from_secs;
+        let max = s(60);
+        assert_eq!(due(Some(3), Some(3), s(1), max), Due::Send);
+        // A newer decision replaced it, or the decision was revoked (recovery, Machine gone).
+        assert_eq!(due(Some(3), Some(4), s(1), max), Due::Superseded);
+        assert_eq!(due(Some(3), None, s(1), max), Due::Superseded);
+        // Current but waited too long: decided again from what the Machine is by then.
+        assert_eq!(due(Some(3), Some(3), s(61), max), Due::Stale);
+        assert_eq!(due(Some(3), Some(3), s(60), max), Due::Send);
+        // Replaced and old: superseded says more.
+        assert_eq!(due(Some(3), Some(4), s(61), max), Due::Superseded);
+        // Not about a Machine (an orphan's Event): age only.
+        assert_eq!(due(None, None, s(1), max), Due::Send);
+        assert_eq!(due(None, None, s(61), max), Due::Stale);
+    }
+
+    #[test]
+    fn a_job_goes_only_to_the_machine_it_was_decided_on() {
+        assert!(same_machine(Some("u1"), Some(Some("u1"))));
+        assert!(!same_machine(Some("u1"), Some(Some("u2"))), "recreated");
+        assert!(!same_machine(Some("u1"), None), "gone");
+        assert!(!same_machine(Some("u1"), Some(None)));
+        assert!(same_machine(None, None), "nothing to compare");
+    }
+
+    #[test]
+    fn decisions_replace_revoke_and_settle_only_their_own() {
+        let d = Decisions::default();
+        let a = d.decide("ns/m", kind::ANNOTATION);
+        let c = d.decide("ns/m", kind::CONDITION);
+        assert_eq!(d.current("ns/m", kind::ANNOTATION), Some(a));
+        let a2 = d.decide("ns/m", kind::ANNOTATION);
+        assert_ne!(a, a2);
+        assert_eq!(d.current("ns/m", kind::ANNOTATION), Some(a2));
+        // The first job finishing does not clear the decision that replaced it.
+        d.settle("ns/m", kind::ANNOTATION, a);
+        assert_eq!(d.current("ns/m", kind::ANNOTATION), Some(a2));
+        d.revoke("ns/m", kind::ANNOTATION);
+        assert_eq!(d.current("ns/m", kind::ANNOTATION), None);
+        assert_eq!(d.current("ns/m", kind::CONDITION), Some(c), "per kind");
+        d.settle("ns/m", kind::CONDITION, c);
+        assert_eq!(d.current("ns/m", kind::CONDITION), None);
     }
 }

@@ -305,6 +305,7 @@ pub struct StatusView<'a> {
     pub orphan_detection: &'a super::OrphanDetectionReport,
     pub remnants: Vec<&'a crate::remnants::Remnant>,
     pub remnant_detection: &'a super::RemnantDetectionReport,
+    pub writes: &'a BTreeMap<String, u64>,
 }
 
 /// One cluster of a [`StatusView`].
@@ -364,6 +365,7 @@ pub fn view<'a>(r: &'a StatusReport, q: &StatusQuery) -> Result<StatusView<'a>, 
             .filter(|o| q.cluster.is_none() || o.cluster == q.cluster)
             .collect(),
         remnant_detection: &r.remnant_detection,
+        writes: &r.writes,
     })
 }
 

@@ -45,6 +45,10 @@ pub struct StatusReport {
     pub remnants: Vec<crate::remnants::Remnant>,
     #[serde(default)]
     pub remnant_detection: RemnantDetectionReport,
+    /// What became of the writes this leader decided, `"<kind>/<outcome>"` → count since it
+    /// started leading (the outcomes of `capc_health_writes_total`, `unchanged` aside).
+    #[serde(default)]
+    pub writes: BTreeMap<String, u64>,
 }
 
 /// What `/status` says of the remnant report itself.

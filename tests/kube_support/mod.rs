@@ -382,21 +382,20 @@ impl Fixture {
         client: Client,
         extra: &[&str],
     ) -> (Controller, Arc<StatusBoard>) {
-        let mut args = vec![
-            "--namespace",
-            &self.ns,
-            "--poll-interval",
-            "1s",
-            "--stats-interval",
-            "1s",
-            "--escalation-delay",
-            "1s",
-            "--no-leader-election",
-            "--mass-failure-count",
-            "50",
-            "--mass-failure-percent",
-            "100",
+        let defaults = [
+            ("--poll-interval", "1s"),
+            ("--stats-interval", "1s"),
+            ("--escalation-delay", "1s"),
+            ("--mass-failure-count", "50"),
+            ("--mass-failure-percent", "100"),
         ];
+        let mut args = vec!["--namespace", &self.ns, "--no-leader-election"];
+        // A flag given in `extra` replaces its default here (clap refuses a flag twice).
+        for (flag, value) in defaults {
+            if !extra.contains(&flag) {
+                args.extend([flag, value]);
+            }
+        }
         args.extend_from_slice(extra);
         let run = run_args(&args);
         let stores = Stores::start(

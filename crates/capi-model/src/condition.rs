@@ -116,11 +116,15 @@ pub fn read(
     find(&entries, condition_type)
 }
 
-/// The SSA body for the Machine's `status` subresource carrying only our condition.
+/// The SSA body for the Machine's `status` subresource carrying only our condition, and the
+/// `uid` of the Machine it was decided on. Note: kube-apiserver does not check `metadata.uid`
+/// on a custom resource's `status` subresource (its status strategy keeps the stored metadata;
+/// seen on v1.34), so the shim's writer checks the `uid` itself right before sending.
 pub fn apply_body(
     layout: ConditionLayout,
     namespace: &str,
     name: &str,
+    uid: Option<&str>,
     condition: &ConditionState,
 ) -> Value {
     let entry = json!({
@@ -136,10 +140,14 @@ pub fn apply_body(
         }
         ConditionLayout::V1Beta2 => json!({"conditions": [entry]}),
     };
+    let mut metadata = json!({"name": name, "namespace": namespace});
+    if let Some(uid) = uid {
+        metadata["uid"] = json!(uid);
+    }
     json!({
         "apiVersion": layout.api_version(),
         "kind": "Machine",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": metadata,
         "status": status,
     })
 }
@@ -158,7 +166,15 @@ mod tests {
             message: "e".into(),
             last_transition_time: now,
         };
-        let b = apply_body(ConditionLayout::V1Beta1WithV1Beta2Conditions, "ns", "m", &c);
+        let b = apply_body(
+            ConditionLayout::V1Beta1WithV1Beta2Conditions,
+            "ns",
+            "m",
+            Some("uid-1"),
+            &c,
+        );
+        // The Machine decided on, and no other of that name.
+        assert_eq!(b.pointer("/metadata/uid").unwrap(), "uid-1");
         assert_eq!(b["apiVersion"], "cluster.x-k8s.io/v1beta1");
         let list = b
             .pointer("/status/v1beta2/conditions")
@@ -171,8 +187,9 @@ mod tests {
             b.pointer("/status/conditions").is_none(),
             "never the atomic legacy list"
         );
-        let b = apply_body(ConditionLayout::V1Beta2, "ns", "m", &c);
+        let b = apply_body(ConditionLayout::V1Beta2, "ns", "m", None, &c);
         assert_eq!(b.pointer("/status/conditions/0/reason").unwrap(), "VMError");
+        assert!(b.pointer("/metadata/uid").is_none());
     }
 
     #[test]
