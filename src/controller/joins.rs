@@ -3,8 +3,9 @@
 //! again only the Machines among them and those whose CloudStackMachine is among them, looking
 //! each up in the watch stores (indexes the watch streams maintain). A steady fleet costs a
 //! cycle no join at all. A change to the few kinds every Machine is joined against (failure
-//! domains, Clusters, MachineHealthChecks) or a relist joins everything again
-//! ([`super::targets::build`]), as does the first cycle.
+//! domains, Clusters, MachineHealthChecks), a relist or more changes than are noted by name
+//! ([`NOTED_KEYS_MAX`]) joins everything again ([`super::targets::build`]), as does the first
+//! cycle.
 //!
 //! Order matters at the edge: a watch applies an event to its store first and notes it after,
 //! so a cycle that takes the notes before reading the stores sees every noted change (at worst
@@ -24,12 +25,19 @@ use crate::k8s::watched::{
 /// An object's (namespace, name).
 pub type Key = (String, String);
 
+/// At most this many objects are noted by name between two cycles; past it the notes say
+/// "everything changed". Only the leader takes the notes: a follower's would otherwise keep
+/// the name of every object it ever saw, for as long as it follows. Joining everything again
+/// costs a leader about what joining this many Machines one by one does.
+pub const NOTED_KEYS_MAX: usize = 4096;
+
 /// What one watch changed since it was last asked.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Changed {
-    /// A (re)list replaced the store: everything may have changed.
+    /// A (re)list replaced the store, or more objects changed than are noted by name:
+    /// everything may have changed.
     pub all: bool,
-    /// Objects applied or deleted.
+    /// Objects applied or deleted (empty when `all`: everything is joined again anyway).
     pub keys: HashSet<Key>,
 }
 
@@ -38,16 +46,27 @@ impl Changed {
     pub fn note<R: Lookup>(&mut self, event: &watcher::Event<R>) {
         match event {
             watcher::Event::Apply(r) | watcher::Event::Delete(r) => {
+                if self.all {
+                    return;
+                }
                 let key = (
                     r.namespace().unwrap_or_default().into_owned(),
                     r.name().unwrap_or_default().into_owned(),
                 );
                 self.keys.insert(key);
+                if self.keys.len() > NOTED_KEYS_MAX {
+                    self.everything();
+                }
             }
             // The store swaps in the relisted objects at InitDone.
-            watcher::Event::InitDone => self.all = true,
+            watcher::Event::InitDone => self.everything(),
             watcher::Event::Init | watcher::Event::InitApply(_) => {}
         }
+    }
+
+    fn everything(&mut self) {
+        self.all = true;
+        self.keys = HashSet::new();
     }
 
     pub fn is_empty(&self) -> bool {

@@ -349,3 +349,87 @@ fn a_relist_is_noted_as_everything() {
     c.note::<ClusterRecord>(&watcher::Event::InitDone);
     assert!(c.all && !c.is_empty());
 }
+
+/// A follower's notes (nobody takes them) stay bounded while Machines come and go under ever
+/// new names — before, they kept every name — and the leader it becomes, with targets built
+/// while it led before, joins everything it missed.
+#[test]
+fn unread_notes_stay_bounded_and_a_leader_taking_over_joins_everything() {
+    let mut lists = Lists::default();
+    lists.apply(&Op::FailureDomain {
+        cluster: 0,
+        secret: 0,
+    });
+    for i in 0..2 {
+        lists.apply(&Op::Csm {
+            j: i,
+            id: Some(i),
+            fd: true,
+        });
+        lists.apply(&Op::Machine {
+            i,
+            csm: i,
+            cluster: 0,
+            condition: Some(true),
+        });
+    }
+    let mut index = TargetIndex::default();
+    assert_eq!(cycle(&mut index, &mut lists).len(), 2, "led once");
+
+    // Following: Machines created and deleted under new names, m0 deleted, m1's
+    // CloudStackMachine loses its VM id; nobody takes the notes.
+    let mut most = 0;
+    for n in 0..3 * NOTED_KEYS_MAX {
+        let name = format!("churn{n}");
+        let record = MachineRecord::from_json(&machine(&name, "c0", "k0", None), &reader());
+        put(
+            &mut lists.machines,
+            &mut lists.changed.machines,
+            &name,
+            record,
+        );
+        if n % 100 != 0 {
+            put::<MachineRecord>(
+                &mut lists.machines,
+                &mut lists.changed.machines,
+                &name,
+                None,
+            );
+        }
+        most = most.max(lists.changed.machines.keys.len());
+    }
+    lists.apply(&Op::DeleteMachine(0));
+    lists.apply(&Op::Csm {
+        j: 1,
+        id: None,
+        fd: true,
+    });
+    assert!(most <= NOTED_KEYS_MAX, "{most} names noted while following");
+    assert!(lists.changed.machines.all && lists.changed.machines.keys.is_empty());
+
+    let kept = cycle(&mut index, &mut lists);
+    assert_eq!(shown(&kept), lists.joined_whole());
+    let names: Vec<&str> = kept.iter().map(|t| t.machine.name.as_str()).collect();
+    assert_eq!(
+        names.len(),
+        1 + (3 * NOTED_KEYS_MAX).div_ceil(100),
+        "m1 and the churn kept"
+    );
+    assert!(!names.contains(&"m0"), "the deleted Machine is gone");
+    let m1 = kept.iter().find(|t| t.machine.name == "m1").expect("m1");
+    assert_eq!(
+        m1.instance_id(),
+        None,
+        "m1 joined to its changed CloudStackMachine"
+    );
+
+    // Leading: a small change is noted by name again.
+    lists.apply(&Op::Machine {
+        i: 1,
+        csm: 1,
+        cluster: 0,
+        condition: Some(false),
+    });
+    assert!(!lists.changed.machines.all && lists.changed.machines.keys.len() == 1);
+    assert_eq!(shown(&cycle(&mut index, &mut lists)), lists.joined_whole());
+}
