@@ -59,6 +59,24 @@ impl RemnantReport {
     }
 }
 
+/// Which of the `wanted` scopes (those with a CloudStackMachine stuck deleting) may have their
+/// destroy jobs listed at `now`: not listed within [`DESTROY_JOBS_EVERY`]. `listed` forgets
+/// the scopes no longer wanted once their interval is over, so it holds only scopes in use, not
+/// every scope that ever had a stuck CloudStackMachine.
+fn due_scopes<'a>(
+    listed: &mut HashMap<String, std::time::Instant>,
+    wanted: impl IntoIterator<Item = &'a str>,
+    now: std::time::Instant,
+) -> HashSet<&'a str> {
+    let wanted: HashSet<&str> = wanted.into_iter().collect();
+    let recent = |t: &std::time::Instant| now.saturating_duration_since(*t) < DESTROY_JOBS_EVERY;
+    listed.retain(|scope, t| wanted.contains(scope.as_str()) || recent(t));
+    wanted
+        .into_iter()
+        .filter(|scope| !listed.get(*scope).is_some_and(recent))
+        .collect()
+}
+
 impl Controller {
     /// Turns the remnant report on, over `watches`.
     pub fn with_remnant_report(mut self, watches: MetadataWatches) -> Self {
@@ -136,20 +154,16 @@ impl Controller {
             .destroy_errors
             .retain(|vm, _| wanted.contains(vm.as_str()));
         let timeout = crate::cli::to_std(self.args.request_timeout) * 4;
+        let now = std::time::Instant::now();
+        let due = due_scopes(&mut report.jobs_listed, by_scope.keys().copied(), now);
         for (scope, vms) in by_scope {
-            if report
-                .jobs_listed
-                .get(scope)
-                .is_some_and(|t| t.elapsed() < DESTROY_JOBS_EVERY)
-            {
+            if !due.contains(scope) {
                 continue;
             }
             let Some(state) = self.scopes.get(scope) else {
                 continue;
             };
-            report
-                .jobs_listed
-                .insert(scope.to_string(), std::time::Instant::now());
+            report.jobs_listed.insert(scope.to_string(), now);
             let client = &state.polled.client;
             let before = client.stats();
             let listed = tokio::time::timeout(timeout, client.list_destroy_jobs()).await;
@@ -309,5 +323,52 @@ impl Controller {
             suspects: report.finder.suspects(),
         };
         (report.current.clone(), detection)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A scope is listed at most every DESTROY_JOBS_EVERY while it has a stuck
+    /// CloudStackMachine, and forgotten once it has none and its interval is over: the map
+    /// holds the scopes in use, not every scope ever seen (it grew without end before).
+    #[test]
+    fn destroy_job_listings_are_spaced_and_forgotten_scopes_pruned() {
+        let mut listed = HashMap::new();
+        let t0 = Instant::now();
+        let mark = |listed: &mut HashMap<String, Instant>, due: &HashSet<&str>, at: Instant| {
+            for s in due {
+                listed.insert(s.to_string(), at);
+            }
+        };
+        let due = due_scopes(&mut listed, ["a", "b"], t0);
+        assert_eq!(due, HashSet::from(["a", "b"]));
+        mark(&mut listed, &due, t0);
+        // Within the interval: nothing due, and b (no longer stuck) is still remembered, so
+        // a flapping scope is not listed more often.
+        let t1 = t0 + Duration::from_secs(10);
+        assert!(due_scopes(&mut listed, ["a"], t1).is_empty());
+        assert!(due_scopes(&mut listed, ["a", "b"], t1).is_empty());
+        // Past it: a is due again; b, wanted by nobody, is forgotten.
+        let t2 = t0 + DESTROY_JOBS_EVERY + Duration::from_secs(1);
+        let due = due_scopes(&mut listed, ["a"], t2);
+        assert_eq!(due, HashSet::from(["a"]));
+        mark(&mut listed, &due, t2);
+        assert_eq!(listed.keys().collect::<Vec<_>>(), ["a"]);
+        // Many scopes come and go: the map never holds more than the scopes in use and those
+        // listed within the last interval.
+        let mut at = t2;
+        for round in 0..100 {
+            at += DESTROY_JOBS_EVERY;
+            let scope = format!("scope-{round}");
+            let due = due_scopes(&mut listed, [scope.as_str()], at);
+            mark(&mut listed, &due, at);
+            assert!(listed.len() <= 2, "{} scopes remembered", listed.len());
+        }
+        // Nothing stuck anywhere: all forgotten after one interval.
+        assert!(due_scopes(&mut listed, [], at + DESTROY_JOBS_EVERY).is_empty());
+        assert!(listed.is_empty());
     }
 }
