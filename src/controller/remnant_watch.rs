@@ -219,6 +219,28 @@ impl MetadataWatches {
     }
 }
 
+/// Which watch errors are said: the first of each run of errors. A kind RBAC does not grant
+/// fails every retry (said once, not every back-off), but a watch that worked and fails again
+/// is a new trouble and is said again.
+#[derive(Debug, Default)]
+struct ErrorRun {
+    /// Errors since the last event that went through.
+    errors: u64,
+}
+
+impl ErrorRun {
+    /// An error: whether to say it (the first of its run).
+    fn error(&mut self) -> bool {
+        self.errors += 1;
+        self.errors == 1
+    }
+
+    /// An event went through: the run ends; how many errors it had, if there was one.
+    fn ok(&mut self) -> Option<u64> {
+        Some(std::mem::take(&mut self.errors)).filter(|n| *n > 0)
+    }
+}
+
 fn watch_metadata(api: Api<PartialObjectMeta<DynamicObject>>, ar: ApiResource) -> SharedStore {
     let store = SharedStore::default();
     let writer = store.clone();
@@ -226,11 +248,16 @@ fn watch_metadata(api: Api<PartialObjectMeta<DynamicObject>>, ar: ApiResource) -
     let (group, kind): (Arc<str>, Arc<str>) = (ar.group.as_str().into(), ar.kind.as_str().into());
     tokio::spawn(async move {
         let mut events = std::pin::pin!(events);
-        let mut refused_logged = false;
+        let mut errors = ErrorRun::default();
         while let Some(event) = events.next().await {
             use watcher::Event;
             let read =
                 |o: PartialObjectMeta<DynamicObject>| object_record(&group, &kind, o.metadata);
+            if event.is_ok() {
+                if let Some(n) = errors.ok() {
+                    tracing::info!(kind = %ar.kind, errors = n, "remnant report: metadata watch works again");
+                }
+            }
             let event = match event {
                 Ok(Event::Apply(o)) => read(o).map(Event::Apply),
                 Ok(Event::Delete(o)) => read(o).map(Event::Delete),
@@ -238,10 +265,8 @@ fn watch_metadata(api: Api<PartialObjectMeta<DynamicObject>>, ar: ApiResource) -
                 Ok(Event::Init) => Some(Event::Init),
                 Ok(Event::InitDone) => Some(Event::InitDone),
                 Err(e) => {
-                    // A kind RBAC does not grant fails every retry: said once, then quietly.
-                    if !refused_logged {
+                    if errors.error() {
                         tracing::warn!(kind = %ar.kind, error = %e, "remnant report: metadata watch error; retrying with back-off (the kind is left out until it syncs)");
-                        refused_logged = true;
                     }
                     None
                 }
@@ -259,6 +284,25 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
     use kube::api::GroupVersionKind;
+
+    /// Each run of watch errors is said once — also a run after the watch worked again
+    /// (before, only the watch's first error ever was).
+    #[test]
+    fn every_new_run_of_watch_errors_is_said() {
+        let mut run = ErrorRun::default();
+        assert_eq!(run.ok(), None, "no errors, nothing to say");
+        let said = |run: &mut ErrorRun, n: usize| (0..n).filter(|_| run.error()).count();
+        assert_eq!(
+            said(&mut run, 5),
+            1,
+            "a refused kind: said once, not every retry"
+        );
+        assert_eq!(run.ok(), Some(5));
+        assert_eq!(run.ok(), None);
+        assert_eq!(said(&mut run, 3), 1, "a later run is said again");
+        assert_eq!(run.ok(), Some(3));
+        assert_eq!(said(&mut run, 1), 1);
+    }
 
     #[test]
     fn a_relist_replaces_what_the_store_holds_and_syncs_it() {
