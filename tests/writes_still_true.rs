@@ -216,7 +216,8 @@ fn writes(c: &Controller, kind: &str, outcome: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// `(escalation, escalation_detail, verdict)` of Machine `name` in the last `/status`.
+/// `(escalation, escalation_detail, verdict)` of Machine `name` in the last `/status`; the
+/// verdict as decided: a pending one (not on the Machine yet) before the published one.
 async fn reported(
     report: &StatusBoard,
     f: &Fixture,
@@ -231,7 +232,12 @@ async fn reported(
     Some((
         m.escalation.clone(),
         m.escalation_detail.clone().unwrap_or_default(),
-        m.verdict.map(|v| v.to_string()).unwrap_or_default(),
+        m.pending
+            .as_ref()
+            .map(|p| p.verdict)
+            .or(m.verdict)
+            .map(|v| v.to_string())
+            .unwrap_or_default(),
     ))
 }
 
@@ -355,6 +361,30 @@ async fn a_write_whose_machine_recovered_before_its_turn_is_not_sent() {
         "m-t's write waits behind the blockers' ({} in flight)",
         c.writes_in_flight()
     );
+    if !annotate {
+        // Queued is not published: /status shows what the Machine carries, the False apart,
+        // and the gauge does not count it as False yet.
+        let r = report.read().await;
+        let m = &r.clusters[&format!("{}/c1", f.ns)].machines["m-t"];
+        let pending = m
+            .pending
+            .as_ref()
+            .map(|p| (p.verdict.to_string(), p.state.clone()));
+        assert_eq!(
+            m.verdict.map(|v| v.to_string()).as_deref(),
+            Some("True"),
+            "{m:?}"
+        );
+        assert_eq!(pending, Some(("False".into(), "queued".into())), "{m:?}");
+        let text = c.metrics().encode();
+        let counted_false = text
+            .lines()
+            .filter(|l| l.starts_with("capc_health_machines{") && l.contains("status=\"False\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+        assert_eq!(counted_false, 0.0, "a queued False counted as published");
+        row.saw("while queued, /status shows m-t True with its False pending (queued), capc_health_machines counts no False".to_string());
+    }
     row.saw(format!(
         "m-t's write queued ({want}) {:.1} s after the blockers' rewrites, {} writes in flight",
         queued_at.elapsed().as_secs_f64(),

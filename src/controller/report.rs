@@ -11,7 +11,10 @@ use super::cycle::{Controller, CycleSummary};
 use super::decide::Decided;
 use super::gather::Gathered;
 use super::targets::{Target, TargetProblem};
-use crate::status::{ClusterReport, FailureDomainReport, MachineReport, StatusReport};
+use crate::status::{
+    ClusterReport, FailureDomainReport, MachineReport, PendingVerdict, StatusReport,
+};
+use crate::verdict::condition::is_unchanged;
 use crate::verdict::{ConditionState, Status};
 
 impl Controller {
@@ -30,17 +33,41 @@ impl Controller {
             .values()
             .map(|k| (k.as_str(), Arc::from(k.as_str())))
             .collect();
-        for ((t, decided), escalation) in g.targets.iter().zip(&d.conditions).zip(acted.escalations)
+        for (((t, decided), held), escalation) in g
+            .targets
+            .iter()
+            .zip(&d.conditions)
+            .zip(&d.first_write_held)
+            .zip(acted.escalations)
         {
             let machine = format!("{}/{}", t.machine.namespace, t.machine.name);
             let write_error = acted.failed_writes.get(&machine).cloned();
-            // A condition that could not be written is not what the Machine carries.
-            let published = match write_error {
-                Some(_) => t.current.as_deref(),
-                None => decided.as_ref(),
+            let queued = self.pending.conditions.get(&machine).map(|(_, c)| &**c);
+            // The watch cache's own, when what gather laid over it is the write still queued.
+            let cached = || {
+                self.stores
+                    .machines
+                    .get(&t.machine.namespace, &t.machine.name)
+                    .and_then(|m| m.current.clone())
             };
+            let carried = match (t.current.as_deref(), queued) {
+                (Some(c), Some(q)) if c == q => cached(),
+                (c, _) => c.cloned().map(Arc::new),
+            };
+            let (published, pending) = shown(
+                decided.as_ref(),
+                carried.as_deref(),
+                write_error.is_some(),
+                *held,
+                queued,
+            );
             let mut report = self.machine_report(g, t, published, escalation, &scope_names);
             report.write_error = write_error;
+            report.pending = pending.map(|(c, state)| PendingVerdict {
+                verdict: c.status,
+                reason: c.reason.clone(),
+                state: state.into(),
+            });
             clusters
                 .entry(format!(
                     "{}/{}",
@@ -150,6 +177,36 @@ impl Controller {
     }
 }
 
+/// What `/status` and the verdict gauges show of a Machine's condition: what it carries, and
+/// apart from that a verdict decided but not on it yet — its first condition held for the
+/// traffic samples (`held`) or a write still queued or being sent (`queued`). A write that
+/// failed leaves what it carries (the failure is shown on its own); otherwise the decision is
+/// on the Machine (unchanged, or written this cycle).
+fn shown<'a>(
+    decided: Option<&'a ConditionState>,
+    carried: Option<&'a ConditionState>,
+    write_failed: bool,
+    held: bool,
+    queued: Option<&'a ConditionState>,
+) -> (
+    Option<&'a ConditionState>,
+    Option<(&'a ConditionState, &'static str)>,
+) {
+    if write_failed {
+        return (carried, None);
+    }
+    if held {
+        return (carried, decided.map(|c| (c, "held")));
+    }
+    if queued.is_none() {
+        return (decided, None);
+    }
+    // A write is queued or being sent: the decision is pending unless the Machine already
+    // carries it (the queued write was for a decision since revoked, e.g. a recovery).
+    let pending = decided.filter(|d| !is_unchanged(carried, d));
+    (carried, pending.map(|d| (d, "queued")))
+}
+
 /// Machines per (status, reason), for `capc_health_verdicts`.
 fn verdict_counts(clusters: &BTreeMap<String, ClusterReport>) -> BTreeMap<(Status, String), i64> {
     let mut counts: BTreeMap<(Status, String), i64> = BTreeMap::new();
@@ -191,4 +248,111 @@ fn failure_domains(clusters: &BTreeMap<String, ClusterReport>) -> Vec<FailureDom
             },
         )
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(status: Status, reason: &str) -> ConditionState {
+        ConditionState {
+            type_: "CloudStackVMHealthy".into(),
+            status,
+            reason: reason.into(),
+            message: format!("{reason} evidence"),
+            last_transition_time: "2026-12-01T10:00:00Z".parse().unwrap(),
+        }
+    }
+
+    /// A verdict counts as published (in `/status`'s verdict fields and so in
+    /// `capc_health_machines`) only once it is on the Machine; a held first write or a write
+    /// still queued shows apart, as pending (before, both showed as published).
+    #[test]
+    fn only_what_the_machine_carries_is_published() {
+        let healthy = condition(Status::True, "VMHealthy");
+        let failed = condition(Status::False, "VMError");
+        let running = condition(Status::True, "VMRunning");
+        let show = |(p, pending): (Option<&ConditionState>, Option<(&ConditionState, &str)>)| {
+            (
+                p.map(|c| c.reason.clone()),
+                pending.map(|(c, s)| format!("{}:{s}", c.reason)),
+            )
+        };
+        // Decided and on the Machine (unchanged, or written this cycle).
+        assert_eq!(
+            show(shown(Some(&failed), Some(&healthy), false, false, None)),
+            (Some("VMError".into()), None)
+        );
+        // Its write is still queued: the Machine carries True.
+        assert_eq!(
+            show(shown(
+                Some(&failed),
+                Some(&healthy),
+                false,
+                false,
+                Some(&failed)
+            )),
+            (Some("VMHealthy".into()), Some("VMError:queued".into()))
+        );
+        // Recovered while its False was queued (revoked): nothing pending, True published.
+        assert_eq!(
+            show(shown(
+                Some(&healthy),
+                Some(&healthy),
+                false,
+                false,
+                Some(&failed)
+            )),
+            (Some("VMHealthy".into()), None)
+        );
+        // A first condition held for the traffic samples: nothing published yet.
+        assert_eq!(
+            show(shown(Some(&running), None, false, true, None)),
+            (None, Some("VMRunning:held".into()))
+        );
+        // A failed write: what the Machine still carries, nothing pending.
+        assert_eq!(
+            show(shown(Some(&failed), Some(&healthy), true, false, None)),
+            (Some("VMHealthy".into()), None)
+        );
+    }
+
+    /// The gauge counts what `/status` publishes: a queued False is not counted as False.
+    #[test]
+    fn verdict_counts_leave_pending_verdicts_out() {
+        let healthy = condition(Status::True, "VMHealthy");
+        let failed = condition(Status::False, "VMError");
+        let mut c = ClusterReport::default();
+        for (name, (published, pending)) in [
+            (
+                "m1",
+                shown(Some(&failed), Some(&healthy), false, false, Some(&failed)),
+            ),
+            (
+                "m2",
+                shown(Some(&failed), Some(&failed), false, false, None),
+            ),
+            ("m3", shown(Some(&healthy), None, false, true, None)),
+        ] {
+            let m = MachineReport {
+                verdict: published.map(|p| p.status),
+                reason: published.map(|p| p.reason.clone()),
+                pending: pending.map(|(c, s)| PendingVerdict {
+                    verdict: c.status,
+                    reason: c.reason.clone(),
+                    state: s.into(),
+                }),
+                ..Default::default()
+            };
+            c.machines.insert(name.into(), m);
+        }
+        let counts = verdict_counts(&BTreeMap::from([("ns/c1".to_string(), c)]));
+        assert_eq!(
+            counts,
+            BTreeMap::from([
+                ((Status::True, "VMHealthy".to_string()), 1),
+                ((Status::False, "VMError".to_string()), 1),
+            ])
+        );
+    }
 }

@@ -255,6 +255,19 @@ pub struct MachineReport {
     /// fields then show what the Machine still carries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_error: Option<String>,
+    /// A verdict decided and not on the Machine yet; the verdict fields show what it carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<PendingVerdict>,
+}
+
+/// A Machine's verdict that is decided but not published on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingVerdict {
+    pub verdict: Status,
+    pub reason: String,
+    /// `held`: a new Machine's first condition waits for its traffic samples; `queued`: handed
+    /// to the writer and not written yet.
+    pub state: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
