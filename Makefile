@@ -305,6 +305,8 @@ fuzz:
 	PATH="$(FUZZ_TOOLS)/bin:$$PATH" FUZZ_SECONDS=$(FUZZ_SECONDS) $(PYTHON) fuzz/run.py
 
 lint:
+	@# every -run alternative, --skip, cargo test filter and --test target here selects a test
+	$(PYTHON) hack/check-test-patterns.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	@# the pure crates alone, as the fuzz targets build them (the workspace build unifies `client` in)

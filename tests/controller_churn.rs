@@ -150,6 +150,23 @@ async fn a_week_of_cluster_churn_leaves_memory_and_series_flat() {
     }
     let (_, series_day1, rss_day1, _, _) = day_one.expect("a day");
     let (_, series_end, rss_end, scopes_end, clusters_end) = *samples.last().unwrap();
+    // Flat, not empty: the live clusters' Machines are counted at the end of the week, as on
+    // day one (a registry that recorded nothing would be "flat" too).
+    let text = c.metrics().encode();
+    let machine_series = text
+        .lines()
+        .filter(|l| l.starts_with("capc_health_machines{"))
+        .count();
+    assert!(
+        machine_series >= 1 && series_day1 > 0,
+        "no capc_health_machines series after a week ({series_day1} series on day one):\n{text}"
+    );
+    let r = report.read().await;
+    assert!(
+        r.clusters.values().any(|c| c.machines.contains_key("stable-a")),
+        "the stable cluster's Machines are not reported after a week"
+    );
+    drop(r);
     assert!(
         series_end <= series_day1,
         "/metrics series grew from {series_day1} after a day to {series_end} after a week"

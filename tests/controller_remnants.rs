@@ -160,11 +160,26 @@ async fn what_a_deletion_left_behind_is_reported_with_its_reason_and_nothing_els
     .into_iter()
     .map(|(k, n, r)| (k.to_string(), n.to_string(), r))
     .collect();
+    let grace = jiff::SignedDuration::from_secs(2);
     let r = cycle_until_report(
         &mut controller,
         &report,
         Duration::from_secs(60),
-        |r| found(r) == want,
+        |r| {
+            // In every report: a dangling object appears only once the grace has passed since
+            // the finder first saw it so (a finder without the grace reports it at once).
+            for x in r.remnants.iter().filter(|x| x.reason != RemnantReason::StuckDeleting) {
+                assert!(
+                    r.generated_at.is_some_and(|at| at >= x.since + grace),
+                    "{} {} reported at {:?} though dangling only since {} (grace {grace:#})",
+                    x.kind,
+                    x.name,
+                    r.generated_at,
+                    x.since
+                );
+            }
+            found(r) == want
+        },
         |r| {
             format!(
                 "remnants {:#?}, detection {:?}",
@@ -227,10 +242,12 @@ async fn what_a_deletion_left_behind_is_reported_with_its_reason_and_nothing_els
     .await;
     assert_eq!(found(&r), want);
     let metrics = controller.metrics().encode();
-    assert!(
-        metrics.contains(
-            "capc_health_cloudstack_calls_total{command=\"listAsyncJobs\",result=\"ok\"} 1"
+    assert_eq!(
+        series_value(
+            &metrics,
+            "capc_health_cloudstack_calls_total{command=\"listAsyncJobs\",result=\"ok\"}"
         ),
+        Some(1.0),
         "one listing of the destroy jobs (at most one a minute):\n{metrics}"
     );
     for line in [
@@ -247,7 +264,12 @@ async fn what_a_deletion_left_behind_is_reported_with_its_reason_and_nothing_els
             f.ns
         ),
     ] {
-        assert!(metrics.contains(&line), "{line} not in\n{metrics}");
+        let (series, value) = line.rsplit_once(' ').expect("series and value");
+        assert_eq!(
+            series_value(&metrics, series),
+            value.parse().ok(),
+            "{line} not in\n{metrics}"
+        );
     }
 
     // One Warning Event per remnant (not one per cycle): on Cluster c1 when it exists, on the
@@ -318,4 +340,13 @@ async fn what_a_deletion_left_behind_is_reported_with_its_reason_and_nothing_els
 
 fn is_after(t: Option<jiff::Timestamp>, start: jiff::Timestamp) -> bool {
     t.is_some_and(|t| t > start)
+}
+
+/// The value of exactly the series `series` (name and labels as exposed) in `text`: a prefix
+/// of another series, or of a longer value, does not count.
+fn series_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .find(|(s, _)| *s == series)
+        .and_then(|(_, v)| v.parse().ok())
 }

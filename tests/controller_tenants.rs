@@ -273,7 +273,7 @@ async fn fifty_tenants_with_one_key_cost_the_calls_of_one_scope() {
     }
     // One tenant alone, then all fifty: the CloudStack calls per cycle must be the same.
     let (mut alone, alone_report) = f.controller(&[]).await;
-    let alone_calls = calls_per_cycle(&mut alone, &alone_report, 1).await;
+    let alone_calls = calls_per_cycle(&mut alone, &alone_report, &f.sim, 1).await;
     let mut flags = Vec::new();
     for ns in &namespaces[1..] {
         flags.push("--namespace".to_string());
@@ -281,7 +281,7 @@ async fn fifty_tenants_with_one_key_cost_the_calls_of_one_scope() {
     }
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (mut c, report) = f.controller(&flags).await;
-    let all_calls = calls_per_cycle(&mut c, &report, TENANTS).await;
+    let all_calls = calls_per_cycle(&mut c, &report, &f.sim, TENANTS).await;
     let r = report.read().await.clone();
     let in_use: Vec<_> = r.scopes.iter().filter(|s| s.machines > 0).collect();
     assert_eq!(in_use.len(), 1, "{:#?}", r.scopes);
@@ -289,6 +289,18 @@ async fn fifty_tenants_with_one_key_cost_the_calls_of_one_scope() {
     println!(
         "CloudStack calls per cycle: 1 tenant {alone_calls:?}, {TENANTS} tenants with one key {all_calls:?}"
     );
+    // Counted: the listing is there in both (an empty map on both sides would be equal too).
+    for calls in [&alone_calls, &all_calls] {
+        let listings: f64 = calls
+            .iter()
+            .filter(|(k, _)| k.starts_with("listVirtualMachines/"))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            listings >= 1.0,
+            "no listing counted by the simulator: {calls:?}"
+        );
+    }
     assert_eq!(
         alone_calls, all_calls,
         "{TENANTS} tenants with one key cost the calls of one"
@@ -296,11 +308,13 @@ async fn fifty_tenants_with_one_key_cost_the_calls_of_one_scope() {
     f.cleanup().await;
 }
 
-/// Cycles until one scope judges `machines` Machines, then the CloudStack calls per cycle
-/// (by `command/outcome`, summed over scopes) over five more cycles a poll interval apart.
+/// Cycles until one scope judges `machines` Machines, then the CloudStack calls per cycle by
+/// command and result, as the simulator counted them (not the shim's own counters), over five more cycles
+/// a poll interval apart.
 async fn calls_per_cycle(
     c: &mut Controller,
     report: &std::sync::Arc<capc_health_shim::status::board::StatusBoard>,
+    sim: &cloudstack_sim::Simulator,
     machines: usize,
 ) -> BTreeMap<String, f64> {
     let judged = cycle_until(c, Duration::from_secs(90), async || {
@@ -313,20 +327,25 @@ async fn calls_per_cycle(
         "{machines} Machines in one scope: {:#?}",
         report.read().await.scopes
     );
-    let calls = |r: &StatusReport| {
-        let mut out: BTreeMap<String, u64> = BTreeMap::new();
-        for (k, n) in r.scopes.iter().flat_map(|s| s.calls.iter()) {
-            *out.entry(k.clone()).or_default() += n;
-        }
-        out
+    let calls = || -> BTreeMap<String, u64> {
+        let by_command: BTreeMap<String, BTreeMap<String, u64>> =
+            serde_json::from_value(sim.calls()["by_command"].clone()).expect("calls by command");
+        by_command
+            .into_iter()
+            .flat_map(|(command, results)| {
+                results
+                    .into_iter()
+                    .map(move |(result, n)| (format!("{command}/{result}"), n))
+            })
+            .collect()
     };
-    let before = calls(&*report.read().await);
+    let before = calls();
     const CYCLES: u64 = 5;
     for _ in 0..CYCLES {
         tokio::time::sleep(Duration::from_millis(1100)).await;
         c.cycle(jiff::Timestamp::now()).await;
     }
-    let after = calls(&*report.read().await);
+    let after = calls();
     after
         .iter()
         .map(|(k, n)| {

@@ -2656,6 +2656,13 @@ async fn one_failed_secret_read_or_listing_writes_nothing() {
             s.problems
         );
         tokio::time::sleep(Duration::from_millis(1000)).await;
+        s
+    };
+    let poll_failures = |c: &Controller| {
+        metric(
+            &c.metrics().encode(),
+            "capc_health_scope_poll_failures_total",
+        )
     };
 
     // 1. The Secret is gone for one cycle (deleted and recreated: a GET that fails).
@@ -2665,7 +2672,15 @@ async fn one_failed_secret_read_or_listing_writes_nothing() {
         .delete("acs", &Default::default())
         .await
         .expect("delete");
-    cycle(&mut c, "Secret gone").await;
+    let gone = cycle(&mut c, "Secret gone").await;
+    // The fault was met: the cycle could not read the Secret and said so.
+    assert!(
+        gone.problems
+            .iter()
+            .any(|p| p.contains(&format!("{}/acs", f.ns))),
+        "the cycle without the Secret did not report it: {:?}",
+        gone.problems
+    );
     let mut again = acs.clone();
     again.metadata = kube::api::ObjectMeta {
         name: Some("acs".into()),
@@ -2684,7 +2699,12 @@ async fn one_failed_secret_read_or_listing_writes_nothing() {
         outage: true,
         ..Default::default()
     });
+    let failures_before = poll_failures(&c);
     cycle(&mut c, "CloudStack behind a failing proxy").await;
+    // The fault was met: that cycle's poll failed (as the shim counts it).
+    let failed = poll_failures(&c) - failures_before;
+    assert!(failed >= 1.0, "the poll behind the failing proxy did not fail");
+    row.measure("failed_polls_during_the_outage", failed);
     f.sim.set_api_faults(ApiFaults::default());
     for _ in 0..3 {
         cycle(&mut c, "CloudStack back").await;

@@ -194,3 +194,40 @@ fn every_crate_says_what_it_is_for_and_product_files_stay_readable() {
         "product files past ~600 lines of code: {too_long:?}"
     );
 }
+
+/// `make lint`'s guard against selectors that select nothing (hack/check-test-patterns.py):
+/// the Makefile as it is passes, and a copy with one renamed Go scenario and one renamed
+/// `--skip` fails, naming both.
+#[test]
+fn a_makefile_selector_that_selects_no_test_fails_the_guard() {
+    let script = root().join("hack/check-test-patterns.py");
+    let run = |makefile: &Path| {
+        Command::new("python3")
+            .arg(&script)
+            .arg(makefile)
+            .output()
+            .expect("run python3 hack/check-test-patterns.py")
+    };
+    let ok = run(&root().join("Makefile"));
+    assert!(
+        ok.status.success(),
+        "the Makefile's selectors: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let text = std::fs::read_to_string(root().join("Makefile")).expect("Makefile");
+    let renamed = text
+        .replace("TestScenario8DeletionRaces", "TestScenario8DeletionRace2")
+        .replace(
+            "--skip the_leader_killed_mid_escalation",
+            "--skip the_leader_shot_mid_escalation",
+        );
+    assert_ne!(renamed, text, "the Makefile no longer names what this test renames");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let copy = dir.path().join("Makefile");
+    std::fs::write(&copy, renamed).expect("write the copy");
+    let bad = run(&copy);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success(), "a renamed test passed the guard");
+    assert!(err.contains("'TestScenario8DeletionRace2'"), "{err}");
+    assert!(err.contains("--skip the_leader_shot_mid_escalation"), "{err}");
+}
