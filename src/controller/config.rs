@@ -107,6 +107,8 @@ pub struct RunArgs {
     /// failed. Scopes are polled at once, so a cycle waits for the slowest of them, at most this
     /// long, instead of for the sum of every slow endpoint. The usage history stops shortly
     /// before it and keeps what came back; the VMs it did not reach are asked first next poll.
+    /// It also sets the budgets of a cycle's other waits: the Secret reads may take a quarter of
+    /// it, the remnant report's destroy-job listings a quarter, the NodeNotLinked lookups half.
     #[arg(long, env = "CAPC_HEALTH_POLL_DEADLINE", default_value = "60s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1)))]
     pub poll_deadline: SignedDuration,
     /// Client-side rate limit per endpoint and key (one budget for all its zones and projects), requests per second; 0 turns it off.

@@ -3,14 +3,19 @@
 //! NodeNotLinked lookup between the pipeline's two passes: a Node-less Machine about to turn
 //! `False` whose VM matches a workload Node must never be published `False` — in condition mode
 //! the MHC acts on `False` itself — so the workload clusters of exactly those Machines are asked
-//! (each at most once per cycle), and the pipeline runs again with what they said. With
+//! (each at most once per cycle, all at once within the lookups' share of `--poll-deadline`:
+//! [`super::budget`]), and the pipeline runs again with what they said. A cluster that does
+//! not answer in time was not asked, as one that cannot be asked at all. With
 //! `--no-workload-node-lookup` nobody is asked: the first pass stands, as when a workload
 //! cluster cannot be asked — not looking never turns a verdict `False` by itself.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
 
+use super::budget::{self, Phase};
 use super::cycle::{Controller, CycleSummary};
 use super::gather::Gathered;
 use super::kube_io;
@@ -224,31 +229,17 @@ impl Controller {
         subjects: &[Subject<'_>],
         problems: &mut Vec<String>,
     ) -> BTreeMap<usize, String> {
-        let mut nodes_of: HashMap<(String, String), Option<Vec<k8s_openapi::api::core::v1::Node>>> =
-            HashMap::new();
         let mut out = BTreeMap::new();
         if self.args.no_workload_node_lookup {
             return out;
         }
-        for i in decision.needing_node_lookup(subjects) {
+        let needing: Vec<usize> = decision.needing_node_lookup(subjects).collect();
+        let clusters: BTreeSet<(&str, &str)> =
+            needing.iter().map(|&i| cluster_of(&g.targets[i])).collect();
+        let nodes_of = self.workload_nodes(clusters, problems).await;
+        for i in needing {
             let t = &g.targets[i];
-            let cluster = (t.machine.namespace.clone(), t.machine.cluster_name.clone());
-            if !nodes_of.contains_key(&cluster) {
-                let nodes = kube_io::workload_nodes(
-                    &self.client,
-                    &cluster.0,
-                    &cluster.1,
-                    to_std(self.args.workload_timeout),
-                )
-                .await
-                .inspect_err(|e| {
-                    tracing::debug!(error = %e, "NodeNotLinked check skipped");
-                    problems.extend(lookup_problem(e));
-                })
-                .ok();
-                nodes_of.insert(cluster.clone(), nodes);
-            }
-            let Some(Some(nodes)) = nodes_of.get(&cluster) else {
+            let Some(nodes) = nodes_of.get(&cluster_of(t)) else {
                 continue;
             };
             let addresses: Vec<String> = match subjects[i].evidence {
@@ -261,6 +252,48 @@ impl Controller {
             };
             if let Some(node) = matching_node(nodes, &t.machine.name, &addresses) {
                 out.insert(i, node.to_string());
+            }
+        }
+        out
+    }
+
+    /// The Nodes of each workload cluster `(namespace, cluster)`, asked at once, each once,
+    /// within the lookups' share of `--poll-deadline` ([`budget`]); the clusters that could
+    /// not be asked, or did not answer in time, are left out — alike.
+    async fn workload_nodes<'c>(
+        &self,
+        clusters: BTreeSet<(&'c str, &'c str)>,
+        problems: &mut Vec<String>,
+    ) -> HashMap<(&'c str, &'c str), Vec<Node>> {
+        let client = &self.client;
+        let timeout = to_std(self.args.workload_timeout);
+        let window = budget::Window::start(Phase::NodeLookups, to_std(self.args.poll_deadline));
+        let asked: Vec<_> = stream::iter(clusters)
+            .map(|(ns, cluster)| async move {
+                let nodes = window
+                    .call(kube_io::workload_nodes(client, ns, cluster, timeout))
+                    .await;
+                ((ns, cluster), nodes)
+            })
+            .buffer_unordered(budget::CONCURRENT_CALLS)
+            .collect()
+            .await;
+        let mut out = HashMap::new();
+        for (cluster, nodes) in asked {
+            match nodes {
+                Some(Ok(nodes)) => {
+                    out.insert(cluster, nodes);
+                }
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "NodeNotLinked check skipped");
+                    problems.extend(lookup_problem(&e));
+                }
+                None => tracing::debug!(
+                    namespace = cluster.0,
+                    cluster = cluster.1,
+                    "NodeNotLinked check skipped: the workload cluster did not answer within \
+                     the lookups' share of --poll-deadline"
+                ),
             }
         }
         out
@@ -282,6 +315,11 @@ impl Controller {
             }
         }
     }
+}
+
+/// The workload cluster a target's Machine belongs to: `(namespace, cluster)`.
+fn cluster_of(t: &Target) -> (&str, &str) {
+    (&t.machine.namespace, &t.machine.cluster_name)
 }
 
 /// The cycle problem for a NodeNotLinked lookup that failed with `e`, if it is one an operator

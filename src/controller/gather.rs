@@ -6,8 +6,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
+use futures::stream::{self, StreamExt};
 use jiff::{SignedDuration, Timestamp};
 
+use super::budget::{self, Phase};
 use super::credentials::{self, credentials_id};
 use super::cycle::{Controller, CycleSummary, Written};
 use super::kube_io;
@@ -129,8 +131,17 @@ impl Controller {
         let mut scope_of = HashMap::new();
         let mut credential_errors = HashMap::new();
         let mut wants: BTreeMap<String, ScopeWants> = BTreeMap::new();
+        let mut reads = read_all_credentials(
+            &self.client,
+            &self.args,
+            read_order(by_endpoint.keys().copied(), &self.endpoints),
+        )
+        .await;
         for (endpoint, (ids, stats_wanted)) in &by_endpoint {
-            let key = match self.scope_for(endpoint, now).await {
+            let read = reads
+                .remove(*endpoint)
+                .unwrap_or_else(|| Err(not_read_in_time(endpoint, &self.args)));
+            let key = match self.scope_for(endpoint, read, now) {
                 Ok(key) => key,
                 Err(e) => match self.recent_scope(endpoint, now) {
                     // One failed read is not news: the last client polls on, verdicts stand.
@@ -213,14 +224,14 @@ impl Controller {
         }
     }
 
-    /// The scope `endpoint` is polled through (created when its credentials are new), marked in
-    /// use. `Err` says why its credentials cannot be had.
-    async fn scope_for(
+    /// The scope `endpoint` is polled through (created when its credentials, `read`, are new),
+    /// marked in use. `Err` says why its credentials cannot be had.
+    fn scope_for(
         &mut self,
         endpoint: &EndpointRef,
+        read: Result<Credentials, String>,
         now: Timestamp,
     ) -> Result<String, String> {
-        let read = self.credentials(endpoint).await;
         let (data, cfg) = match read {
             Ok(read) => read,
             Err(e) => {
@@ -300,39 +311,85 @@ impl Controller {
             .contains_key(&key)
             .then(|| self.mark_in_use(&key, now))
     }
+}
 
-    /// Reads the endpoint's Secret (and the operator's override for that URL) into a client
-    /// configuration. Errors name Secrets and keys, never values.
-    async fn credentials(
-        &self,
-        e: &EndpointRef,
-    ) -> Result<(BTreeMap<String, String>, ClientConfig), String> {
-        let timeout = to_std(self.args.kube_timeout);
-        let mut data =
-            kube_io::secret_data(&self.client, &e.secret_namespace, &e.secret_name, timeout)
+/// An endpoint's Secret with the operator's override for its URL laid over it, and the client
+/// configuration made of them.
+type Credentials = (BTreeMap<String, String>, ClientConfig);
+
+/// Every endpoint's credentials, read at once ([`budget::CONCURRENT_CALLS`] at a time) within
+/// the Secret reads' share of `--poll-deadline`: an endpoint whose Secret is not read in time
+/// has a credential error of its own — its Machines stand on their record — and holds up no
+/// other. (Free of the controller, so that the reads borrow only the client and the flags.)
+async fn read_all_credentials<'e>(
+    client: &kube::Client,
+    args: &super::RunArgs,
+    endpoints: Vec<&'e EndpointRef>,
+) -> HashMap<&'e EndpointRef, Result<Credentials, String>> {
+    let window = budget::Window::start(Phase::SecretReads, to_std(args.poll_deadline));
+    stream::iter(endpoints)
+        .map(|e| async move {
+            let read = window
+                .call(credentials(client, args, e))
+                .await
+                .unwrap_or_else(|| Err(not_read_in_time(e, args)));
+            (e, read)
+        })
+        .buffer_unordered(budget::CONCURRENT_CALLS)
+        .collect()
+        .await
+}
+
+/// The order endpoints' Secrets are read in: those whose last read did not fail first, so that
+/// Secrets that hang (or fail) queue behind the ones that answer, not ahead of them.
+fn read_order<'e>(
+    endpoints: impl Iterator<Item = &'e EndpointRef>,
+    memory: &HashMap<EndpointRef, EndpointMemory>,
+) -> Vec<&'e EndpointRef> {
+    let mut order: Vec<&EndpointRef> = endpoints.collect();
+    order.sort_by_key(|e| memory.get(*e).is_some_and(|m| m.failing_since.is_some()));
+    order
+}
+
+/// The credential error of an endpoint whose Secret reads did not finish in time: a failed
+/// read like any other (the Machines' records stand through the API-trouble grace).
+fn not_read_in_time(e: &EndpointRef, args: &super::RunArgs) -> String {
+    let budget = budget::budget(Phase::SecretReads, to_std(args.poll_deadline));
+    format!(
+        "Secret {}/{} (or its --endpoint-credentials override): not read in time (within {}, \
+         this cycle's share of --poll-deadline for Secret reads)",
+        e.secret_namespace,
+        e.secret_name,
+        crate::verdict::human_duration(SignedDuration::try_from(budget).unwrap_or_default())
+    )
+}
+
+/// Reads the endpoint's Secret (and the operator's override for that URL) into a client
+/// configuration. Errors name Secrets and keys, never values.
+async fn credentials(
+    client: &kube::Client,
+    args: &super::RunArgs,
+    e: &EndpointRef,
+) -> Result<Credentials, String> {
+    let timeout = to_std(args.kube_timeout);
+    let mut data = kube_io::secret_data(client, &e.secret_namespace, &e.secret_name, timeout)
+        .await
+        .map_err(|err| err.to_string())?;
+    if let Some(url) = data.get("api-url").map(|u| u.trim().to_string()) {
+        if let Some(o) = args.endpoint_credentials.iter().find(|o| o.api_url == url) {
+            let over = kube_io::secret_data(client, &o.namespace, &o.name, timeout)
                 .await
                 .map_err(|err| err.to_string())?;
-        if let Some(url) = data.get("api-url").map(|u| u.trim().to_string()) {
-            if let Some(o) = self
-                .args
-                .endpoint_credentials
-                .iter()
-                .find(|o| o.api_url == url)
-            {
-                let over = kube_io::secret_data(&self.client, &o.namespace, &o.name, timeout)
-                    .await
-                    .map_err(|err| err.to_string())?;
-                for k in ["api-key", "secret-key", "verify-ssl"] {
-                    if let Some(v) = over.get(k) {
-                        data.insert(k.to_string(), v.clone());
-                    }
+            for k in ["api-key", "secret-key", "verify-ssl"] {
+                if let Some(v) = over.get(k) {
+                    data.insert(k.to_string(), v.clone());
                 }
             }
         }
-        let cfg = credentials::client_config(&self.args, &data)
-            .map_err(|err| format!("Secret {}/{}: {err}", e.secret_namespace, e.secret_name))?;
-        Ok((data, cfg))
     }
+    let cfg = credentials::client_config(args, &data)
+        .map_err(|err| format!("Secret {}/{}: {err}", e.secret_namespace, e.secret_name))?;
+    Ok((data, cfg))
 }
 
 /// What the Machine's condition is, given the watch cache's view and our last write: while the
@@ -470,6 +527,30 @@ mod tests {
         assert_eq!(account_of(&a), account_of(&b));
         assert_ne!(account_of(&a), account_of(&other_key));
         assert_eq!(account_of(&a), (url, "0123456789ab"));
+    }
+
+    #[test]
+    fn secrets_that_failed_last_are_read_last() {
+        let e = |name: &str| EndpointRef {
+            secret_namespace: "ns".into(),
+            secret_name: name.into(),
+            project: None,
+            zone_id: None,
+        };
+        let (a, b, c, d) = (e("a"), e("b"), e("c"), e("d"));
+        let memory = |failing: bool| EndpointMemory {
+            scope: "k".into(),
+            failing_since: failing.then(Timestamp::now),
+        };
+        let known: HashMap<EndpointRef, EndpointMemory> = [
+            (a.clone(), memory(true)),
+            (b.clone(), memory(false)),
+            (c.clone(), memory(true)),
+        ]
+        .into();
+        // d is new: it has not failed yet.
+        let order = read_order([&a, &b, &c, &d].into_iter(), &known);
+        assert_eq!(order, [&b, &d, &a, &c]);
     }
 
     #[test]

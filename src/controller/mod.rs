@@ -8,6 +8,8 @@
 //!   [`report`].
 //! - [`targets`]: watched objects → Machines to judge (pure); [`joins`] keeps them between
 //!   cycles and joins again only what the watches changed.
+//! - [`budget`]: how long the Secret reads, destroy-job listings and NodeNotLinked lookups of
+//!   a cycle may take, and how many run at once.
 //! - [`leadership`]: the Lease confirmed before every write.
 //! - [`writer`]: the task that sends every write behind a bounded queue, so a slow API
 //!   server never holds up a poll.
@@ -17,6 +19,7 @@
 //!   [`crate::k8s::kube_error`]).
 
 pub mod act;
+pub mod budget;
 pub mod config;
 pub mod credentials;
 pub mod cycle;

@@ -6,15 +6,18 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
+use futures::stream::{self, StreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 
+use super::budget::{self, Phase};
 use super::cycle::{Controller, CycleSummary};
 use super::gather::Gathered;
 pub use super::remnant_watch::{
     discover_remnant_kinds, object_record, MetadataWatches, ObjectStore, REMNANT_KINDS,
 };
 use super::writer::{EventNote, Job};
+use crate::cloudstack::client::CloudStackClient;
 use crate::remnants::{Remnant, RemnantFinder, VmFacts};
 use crate::status::RemnantDetectionReport;
 
@@ -125,7 +128,8 @@ impl Controller {
 
     /// For the CloudStackMachines reported stuck deleting whose VM is still listed: the error
     /// of the VM's last failed destroy job, one `listAsyncJobs` per scope at most every
-    /// [`DESTROY_JOBS_EVERY`]. A failed listing keeps what was known.
+    /// [`DESTROY_JOBS_EVERY`], the scopes at once ([`super::budget`]). A failed listing, or one
+    /// not done in time, keeps what was known.
     pub(super) async fn look_up_destroy_errors(&mut self, g: &Gathered) {
         let Some(report) = self.remnants.as_mut() else {
             return;
@@ -155,21 +159,39 @@ impl Controller {
             .retain(|vm, _| wanted.contains(vm.as_str()));
         let timeout = crate::cli::to_std(self.args.request_timeout) * 4;
         let now = std::time::Instant::now();
-        let due = due_scopes(&mut report.jobs_listed, by_scope.keys().copied(), now);
-        for (scope, vms) in by_scope {
-            if !due.contains(scope) {
-                continue;
-            }
-            let Some(state) = self.scopes.get(scope) else {
-                continue;
-            };
+        // At most one listing per scope per DESTROY_JOBS_EVERY; scopes no longer wanted are
+        // forgotten (`due_scopes`).
+        let due_now = due_scopes(&mut report.jobs_listed, by_scope.keys().copied(), now);
+        let due: Vec<(&str, Vec<&str>, &CloudStackClient)> = by_scope
+            .into_iter()
+            .filter(|(scope, _)| due_now.contains(scope))
+            .filter_map(|(scope, vms)| Some((scope, vms, &self.scopes.get(scope)?.polled.client)))
+            .collect();
+        for (scope, _, _) in &due {
             report.jobs_listed.insert(scope.to_string(), now);
-            let client = &state.polled.client;
-            let before = client.stats();
-            let listed = tokio::time::timeout(timeout, client.list_destroy_jobs()).await;
-            super::poll::record_call_deltas(&self.metrics, &before, &client.stats());
+        }
+        // All scopes at once within the listings' share of --poll-deadline: one CloudStack
+        // that does not answer delays no other, and what was known of its VMs stands.
+        let window = budget::Window::start(
+            Phase::DestroyJobs,
+            crate::cli::to_std(self.args.poll_deadline),
+        );
+        let metrics = &self.metrics;
+        let listed: Vec<_> = stream::iter(due)
+            .map(|(scope, vms, client)| async move {
+                let before = client.stats();
+                let listed = window
+                    .call(tokio::time::timeout(timeout, client.list_destroy_jobs()))
+                    .await;
+                super::poll::record_call_deltas(metrics, &before, &client.stats());
+                (scope, vms, listed)
+            })
+            .buffer_unordered(budget::CONCURRENT_CALLS)
+            .collect()
+            .await;
+        for (scope, vms, listed) in listed {
             match listed {
-                Ok(Ok(jobs)) => {
+                Some(Ok(Ok(jobs))) => {
                     for vm in vms {
                         match crate::cloudstack::model::last_failed_destroy(&jobs.items, vm) {
                             Some(e) => report.destroy_errors.insert(vm.to_string(), e),
@@ -177,10 +199,10 @@ impl Controller {
                         };
                     }
                 }
-                Ok(Err(e)) => {
+                Some(Ok(Err(e))) => {
                     tracing::debug!(scope = %scope, error = %e, "remnant report: cannot list the destroy jobs");
                 }
-                Err(_) => {
+                Some(Err(_)) | None => {
                     tracing::debug!(scope = %scope, "remnant report: listing the destroy jobs timed out");
                 }
             }
