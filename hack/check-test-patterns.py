@@ -41,9 +41,10 @@ def expand(s, vars_, depth=0):
 
 
 def recipe_lines(text):
-    """Recipe lines, with backslash continuations joined."""
+    """Recipe lines, with backslash continuations joined; recipe comments (`@# …`) left out."""
     joined = re.sub(r"\\\n\s*", " ", text)
-    return [l.strip() for l in joined.splitlines() if l.startswith("\t")]
+    lines = [l.strip() for l in joined.splitlines() if l.startswith("\t")]
+    return [l for l in lines if not l.lstrip("@-").startswith("#")]
 
 
 def go_tests(package_dir):

@@ -163,7 +163,9 @@ async fn a_week_of_cluster_churn_leaves_memory_and_series_flat() {
     );
     let r = report.read().await;
     assert!(
-        r.clusters.values().any(|c| c.machines.contains_key("stable-a")),
+        r.clusters
+            .values()
+            .any(|c| c.machines.contains_key("stable-a")),
         "the stable cluster's Machines are not reported after a week"
     );
     drop(r);

@@ -168,7 +168,11 @@ async fn what_a_deletion_left_behind_is_reported_with_its_reason_and_nothing_els
         |r| {
             // In every report: a dangling object appears only once the grace has passed since
             // the finder first saw it so (a finder without the grace reports it at once).
-            for x in r.remnants.iter().filter(|x| x.reason != RemnantReason::StuckDeleting) {
+            for x in r
+                .remnants
+                .iter()
+                .filter(|x| x.reason != RemnantReason::StuckDeleting)
+            {
                 assert!(
                     r.generated_at.is_some_and(|at| at >= x.since + grace),
                     "{} {} reported at {:?} though dangling only since {} (grace {grace:#})",

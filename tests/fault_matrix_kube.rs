@@ -2703,7 +2703,10 @@ async fn one_failed_secret_read_or_listing_writes_nothing() {
     cycle(&mut c, "CloudStack behind a failing proxy").await;
     // The fault was met: that cycle's poll failed (as the shim counts it).
     let failed = poll_failures(&c) - failures_before;
-    assert!(failed >= 1.0, "the poll behind the failing proxy did not fail");
+    assert!(
+        failed >= 1.0,
+        "the poll behind the failing proxy did not fail"
+    );
     row.measure("failed_polls_during_the_outage", failed);
     f.sim.set_api_faults(ApiFaults::default());
     for _ in 0..3 {

@@ -221,7 +221,10 @@ fn a_makefile_selector_that_selects_no_test_fails_the_guard() {
             "--skip the_leader_killed_mid_escalation",
             "--skip the_leader_shot_mid_escalation",
         );
-    assert_ne!(renamed, text, "the Makefile no longer names what this test renames");
+    assert_ne!(
+        renamed, text,
+        "the Makefile no longer names what this test renames"
+    );
     let dir = tempfile::tempdir().expect("temp dir");
     let copy = dir.path().join("Makefile");
     std::fs::write(&copy, renamed).expect("write the copy");
@@ -229,5 +232,8 @@ fn a_makefile_selector_that_selects_no_test_fails_the_guard() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success(), "a renamed test passed the guard");
     assert!(err.contains("'TestScenario8DeletionRace2'"), "{err}");
-    assert!(err.contains("--skip the_leader_shot_mid_escalation"), "{err}");
+    assert!(
+        err.contains("--skip the_leader_shot_mid_escalation"),
+        "{err}"
+    );
 }
