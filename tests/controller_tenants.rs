@@ -518,7 +518,8 @@ async fn silent_next_to_a_neighbour(revoke_a: bool, within: Duration) -> Option<
 /// and counted as a witness of its host's stats collection across every scope of the endpoint:
 /// tenant a's revoked key made tenant b's silent guest read as "collection paused", and b's
 /// Machine never turned False. Now only fresh sightings witness; b's guest turns False within
-/// its usual time (the same run without the revocation), plus two poll intervals of slack.
+/// its usual time (the same run without the revocation), plus three poll intervals of slack
+/// (poll, collection and cycle phases differ from run to run by up to ~1.5 s here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn a_tenants_revoked_key_does_not_hide_another_tenants_silent_guest() {
@@ -532,7 +533,7 @@ async fn a_tenants_revoked_key_does_not_hide_another_tenants_silent_guest() {
     );
     let revoked = revoked.expect("b's silent guest turns False next to a revoked tenant");
     assert!(
-        revoked <= usual + 2.0,
+        revoked <= usual + 3.0,
         "next to a revoked tenant {revoked:.1} s, usually {usual:.1} s"
     );
 }
