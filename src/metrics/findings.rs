@@ -9,7 +9,8 @@ use crate::status::{OrphanReport, ProbeReport};
 
 impl Metrics {
     /// Sets `capc_health_orphan_vms` to the reported orphans per cluster and scope; label sets
-    /// set before and missing now drop to 0.
+    /// set before and missing now drop to 0 (and go once their Cluster or scope is gone,
+    /// [`Metrics::forget_gone`]).
     pub fn set_orphans(&self, orphans: &[OrphanReport]) {
         let mut counts: BTreeMap<OrphanLabels, i64> = BTreeMap::new();
         for o in orphans {
@@ -20,14 +21,15 @@ impl Metrics {
             *counts.entry(labels).or_default() += 1;
         }
         let mut seen = lock(&self.orphans_seen);
-        for labels in seen.iter() {
+        for (labels, n) in seen.iter_mut() {
             if !counts.contains_key(labels) {
                 self.orphan_vms.get_or_create(labels).set(0);
+                *n = 0;
             }
         }
         for (labels, n) in counts {
             self.orphan_vms.get_or_create(&labels).set(n);
-            seen.insert(labels);
+            seen.insert(labels, n);
         }
     }
 

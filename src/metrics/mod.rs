@@ -118,6 +118,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Whether an orphan series that reads `count` stays: while it counts reported orphans,
+/// always (the alert must see VMs of deleted Clusters — the commonest case); at 0, only while
+/// its scope and its Cluster (if it names one; one without counts against its scope alone)
+/// are still there.
+fn orphan_series_kept(
+    labels: &OrphanLabels,
+    count: i64,
+    scopes: &BTreeSet<String>,
+    clusters: &BTreeSet<String>,
+) -> bool {
+    count > 0
+        || (scopes.contains(&labels.scope)
+            && (labels.cluster.is_empty() || clusters.contains(&labels.cluster)))
+}
+
 fn usable(v: f64) -> bool {
     v.is_finite() && v >= 0.0
 }
@@ -155,8 +170,9 @@ pub struct Metrics {
     probe_in_flight: Gauge,
     probe_refused: Gauge,
     orphan_vms: Family<OrphanLabels, Gauge>,
-    /// Label sets `orphan_vms` has been set for, so vanished ones drop to 0.
-    orphans_seen: Mutex<BTreeSet<OrphanLabels>>,
+    /// Label sets `orphan_vms` has been set for and their current count, so vanished ones
+    /// drop to 0 and only unreported ones are ever removed ([`Metrics::forget_gone`]).
+    orphans_seen: Mutex<BTreeMap<OrphanLabels, i64>>,
     remnant_objects: Family<RemnantLabels, Gauge>,
     /// Label sets `remnant_objects` has now (a remnant's Cluster is often gone: its series
     /// goes when the remnant does, not with the Cluster).
@@ -319,7 +335,7 @@ impl Metrics {
             probe_in_flight,
             probe_refused,
             orphan_vms,
-            orphans_seen: Mutex::new(BTreeSet::new()),
+            orphans_seen: Mutex::new(BTreeMap::new()),
             remnant_objects,
             remnants_seen: Mutex::new(BTreeSet::new()),
             scopes_seen: Mutex::new(BTreeSet::new()),
@@ -367,7 +383,9 @@ impl Metrics {
 
     /// Removes the series of scopes not in `scopes` and of clusters not in `clusters`
     /// (`namespace/name`): a deleted cluster or an unused scope leaves no label set behind.
-    /// Orphan counts of live clusters and scopes still drop to 0 rather than vanish.
+    /// Orphan counts of live clusters and scopes still drop to 0 rather than vanish, and
+    /// orphans still reported keep their series whatever their Cluster: VMs left behind by a
+    /// cluster deletion name a Cluster that is gone ([`orphan_series_kept`]).
     pub fn forget_gone(&self, scopes: &BTreeSet<String>, clusters: &BTreeSet<String>) {
         let mut seen = lock(&self.scopes_seen);
         for scope in seen.iter().filter(|s| !scopes.contains(*s)) {
@@ -382,14 +400,11 @@ impl Metrics {
         self.standing.forget_scopes(scopes);
         drop(seen);
         let mut orphans = lock(&self.orphans_seen);
-        // An orphan without a Cluster label counts against its scope alone.
-        let live = |l: &OrphanLabels| {
-            scopes.contains(&l.scope) && (l.cluster.is_empty() || clusters.contains(&l.cluster))
-        };
-        for labels in orphans.iter().filter(|l| !live(l)) {
+        let kept = |l: &OrphanLabels, n: i64| orphan_series_kept(l, n, scopes, clusters);
+        for (labels, _) in orphans.iter().filter(|(l, n)| !kept(l, **n)) {
             self.orphan_vms.remove(labels);
         }
-        orphans.retain(live);
+        orphans.retain(|l, n| kept(l, *n));
     }
 
     fn saw_scope(&self, scope: &str) {

@@ -308,6 +308,54 @@ fn series_of_gone_scopes_and_clusters_are_removed_not_kept_at_zero() {
     );
 }
 
+/// VMs left behind by a cluster deletion name a Cluster that is gone: their series stays as
+/// long as they are reported (the alert `CAPCHealthOrphanVMs` reads it), and goes after.
+#[test]
+fn orphans_of_a_deleted_cluster_keep_their_series_while_reported() {
+    let m = Metrics::new();
+    let orphan = |cluster: &str, scope: &str| crate::status::OrphanReport {
+        vm_id: "vm".into(),
+        vm_name: "vm".into(),
+        vm_state: "Running".into(),
+        scope: scope.into(),
+        cluster: Some(cluster.into()),
+        cloudstack_machine: "ns/csm".into(),
+        kind: crate::status::OrphanKind::InstanceOfDeleted,
+        since: jiff::Timestamp::UNIX_EPOCH,
+        reported_at: None,
+        why: String::new(),
+    };
+    let live_scopes = BTreeSet::from(["scope-a".to_string()]);
+    let no_clusters = BTreeSet::new();
+    let line = r#"capc_health_orphan_vms{cluster="ns/gone",scope="scope-a"}"#;
+    // Both orphans of ns/gone, one in a scope no longer polled either: reported, so counted.
+    m.set_orphans(&[
+        orphan("ns/gone", "scope-a"),
+        orphan("ns/gone", "scope-gone"),
+    ]);
+    for _ in 0..3 {
+        m.forget_gone(&live_scopes, &no_clusters);
+        let text = m.encode();
+        assert!(has_line(&text, &format!("{line} 1")), "{text}");
+        assert!(
+            has_line(
+                &text,
+                r#"capc_health_orphan_vms{cluster="ns/gone",scope="scope-gone"} 1"#
+            ),
+            "{text}"
+        );
+    }
+    // Destroyed: no longer reported, and their Cluster is gone: the series go.
+    m.set_orphans(&[]);
+    m.forget_gone(&live_scopes, &no_clusters);
+    let text = m.encode();
+    assert!(!text.contains("ns/gone"), "{text}");
+    // Reported again later (another VM of the same deletion found): the series comes back.
+    m.set_orphans(&[orphan("ns/gone", "scope-a")]);
+    m.forget_gone(&live_scopes, &no_clusters);
+    assert!(has_line(&m.encode(), &format!("{line} 1")));
+}
+
 #[test]
 fn machines_count_per_cluster_and_verdict_and_the_oldest_false_ages() {
     use crate::status::{ClusterReport, MachineReport};

@@ -13,6 +13,11 @@
 //!
 //! Grouping is by `hostid`. Keys that do not see `hostid` (CloudStack shows it to root
 //! admins) put all their VMs in one group, so only a pause that covers all of them is seen.
+//!
+//! Only what was just seen counts ([`fresh_witness`]): a VM whose scope could not be listed
+//! keeps its last sighting and a frozen last rise, which would read as a steady guest gone
+//! flat — and hosts are shared by the tenants of an endpoint, so one tenant's revoked key
+//! would make another tenant's silent guest look like a paused collection, for good.
 
 use std::collections::BTreeMap;
 
@@ -70,9 +75,27 @@ pub fn paused_since(vms: &[CounterView], g: &Graces, now: Timestamp) -> Option<(
     (witnesses >= MIN_WITNESSES).then_some((newest, witnesses))
 }
 
+/// Whether `h` takes part in judging its host's collection at `now`: a Running VM on a
+/// reachable host, with counters, seen by a successful poll of its scope no longer ago than
+/// the stale-poll age. A history whose latest poll failed (a revoked key, an outage, an
+/// incomplete listing) says nothing about the collection now.
+pub fn fresh_witness(h: &VmHistory, g: &Graces, now: Timestamp) -> bool {
+    let Some(seen) = &h.sighting else {
+        return false;
+    };
+    h.last_error.is_none()
+        && h.absent_polls == 0
+        && h.last_success
+            .is_some_and(|t| now.duration_since(t) <= g.stale_after())
+        && seen.state == VmState::Running
+        && !seen.host_unreachable()
+        && h.traffic.last_value.is_some()
+}
+
 /// Finds paused collections among `histories` (all VMs the shim polls on one CloudStack, so
 /// that a host's VMs from different scopes are judged together) and marks their VMs' traffic;
-/// clears the mark everywhere else. Idempotent for a given `now`.
+/// clears the mark everywhere else. Only [`fresh_witness`]es are judged or marked. Idempotent
+/// for a given `now`.
 pub fn mark_paused_collections<'a>(
     histories: impl IntoIterator<Item = &'a mut VmHistory>,
     g: &Graces,
@@ -81,13 +104,9 @@ pub fn mark_paused_collections<'a>(
     let mut by_host: BTreeMap<Option<String>, Vec<&'a mut VmHistory>> = BTreeMap::new();
     for h in histories {
         h.traffic.collection_paused_since = None;
-        let Some(seen) = &h.sighting else { continue };
-        let counted = h.absent_polls == 0
-            && seen.state == VmState::Running
-            && !seen.host_unreachable()
-            && h.traffic.last_value.is_some();
-        if counted {
-            by_host.entry(seen.host_id.clone()).or_default().push(h);
+        if fresh_witness(h, g, now) {
+            let host = h.sighting.as_ref().and_then(|s| s.host_id.clone());
+            by_host.entry(host).or_default().push(h);
         }
     }
     let mut paused = Vec::new();
@@ -166,5 +185,95 @@ mod tests {
         let g = Graces::default();
         let vms = [view(Some(100), 20), view(Some(2_000), 20)];
         assert_eq!(paused_since(&vms, &g, t(2_300)), None);
+    }
+
+    use crate::history::PollOutcome;
+    use cloudstack_api::model::VirtualMachine;
+
+    fn running_on(host: &str, tx: u64) -> VirtualMachine {
+        let mut v = crate::tests::vm(VmState::Running);
+        v.hostid = Some(host.into());
+        v.networkkbswrite = Some(tx);
+        v
+    }
+
+    /// Two tenants share `host-1`: tenant A's two steady guests, tenant B's one guest, all
+    /// polled every 30 s and rising by 10 KiB a minute. At 600 s B's guest goes silent and
+    /// A's key is revoked (A's polls fail from then on). Returns whether a pause was ever
+    /// marked on B's guest, polling until `until`.
+    fn revoked_neighbour(until: i64, a_fails_from: i64) -> bool {
+        let g = Graces::default();
+        let mut a = [VmHistory::new("a-1"), VmHistory::new("a-2")];
+        let mut b = VmHistory::new("b-1");
+        let mut marked = false;
+        for secs in (0..=until).step_by(30) {
+            let now = t(secs);
+            let tx = 100 + 10 * (secs / 60) as u64;
+            for h in &mut a {
+                if secs >= a_fails_from {
+                    h.record(PollOutcome::Failed("unauthorized (401)"), now, &g);
+                } else {
+                    h.record(PollOutcome::Seen(&running_on("host-1", tx)), now, &g);
+                }
+            }
+            let b_tx = 100 + 10 * (secs.min(600) / 60) as u64;
+            b.record(PollOutcome::Seen(&running_on("host-1", b_tx)), now, &g);
+            let all = a.iter_mut().chain(std::iter::once(&mut b));
+            mark_paused_collections(all, &g, now);
+            marked |= b.traffic.collection_paused_since.is_some();
+        }
+        marked
+    }
+
+    #[test]
+    fn a_history_whose_last_poll_failed_is_no_witness() {
+        let g = Graces::default();
+        let mut h = VmHistory::new("vm-1");
+        assert!(!fresh_witness(&h, &g, t(0)), "never seen");
+        h.record(PollOutcome::Seen(&running_on("host-1", 100)), t(0), &g);
+        assert!(fresh_witness(&h, &g, t(0)));
+        // Seen, but not lately: the stale-poll age is the limit.
+        assert!(fresh_witness(&h, &g, t(0) + g.stale_after()));
+        assert!(!fresh_witness(
+            &h,
+            &g,
+            t(0) + g.stale_after() + SignedDuration::from_secs(1)
+        ));
+        h.record(PollOutcome::Failed("unauthorized (401)"), t(30), &g);
+        assert!(h.sighting.is_some() && h.absent_polls == 0);
+        assert!(!fresh_witness(&h, &g, t(30)));
+        h.record(PollOutcome::Seen(&running_on("host-1", 110)), t(60), &g);
+        assert!(fresh_witness(&h, &g, t(60)));
+        h.record(PollOutcome::Absent, t(90), &g);
+        assert!(!fresh_witness(&h, &g, t(90)));
+    }
+
+    #[test]
+    fn a_tenant_whose_key_was_revoked_does_not_blind_the_others_on_its_host() {
+        assert!(
+            !revoked_neighbour(1_800, 600),
+            "A's frozen histories witnessed a pause on B's silent guest"
+        );
+    }
+
+    #[test]
+    fn the_same_two_tenants_listed_while_flat_together_are_a_pause() {
+        // The control: A's guests seen flat by successful polls together with B's is what a
+        // paused collection looks like, and is still recognised.
+        let g = Graces::default();
+        let mut hs = [
+            VmHistory::new("a-1"),
+            VmHistory::new("a-2"),
+            VmHistory::new("b-1"),
+        ];
+        let mut marked = false;
+        for secs in (0..=1_200).step_by(30) {
+            let tx = 100 + 10 * (secs.min(600) / 60) as u64;
+            for h in &mut hs {
+                h.record(PollOutcome::Seen(&running_on("host-1", tx)), t(secs), &g);
+            }
+            marked |= !mark_paused_collections(hs.iter_mut(), &g, t(secs)).is_empty();
+        }
+        assert!(marked);
     }
 }
