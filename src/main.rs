@@ -65,6 +65,8 @@ enum Command {
     Status(cli::status::StatusArgs),
     /// List the VMs a running shim reports as orphans, with the CloudMonkey commands to remove them (never run).
     Orphans(cli::orphans::OrphansArgs),
+    /// Print the MachineHealthCheck (or the patch to an existing one) that recycles a Cluster's Machines on the shim's verdict.
+    Mhc(cli::mhc::MhcArgs),
 }
 
 fn main() -> ExitCode {
@@ -101,6 +103,7 @@ fn main() -> ExitCode {
             Command::Check(args) => check::main(*args).await,
             Command::Status(args) => cli::status::main(args).await,
             Command::Orphans(args) => cli::orphans::main(args).await,
+            Command::Mhc(args) => cli::mhc::main(args).await,
         }
     });
     ExitCode::from(code)

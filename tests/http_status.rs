@@ -64,6 +64,7 @@ fn report() -> StatusReport {
             escalation: "annotated".into(),
             scope: Some("https://cs.example/client/api zone=z1".into()),
             console_url: Some("https://cs.example/client/console?vm=2".into()),
+            acted_on: "annotation".into(),
             ..machine("prod", "prod-md-0-xyz34")
         },
     );
@@ -614,7 +615,7 @@ async fn the_status_command_renders_tables_and_json() {
         "REASON",
         "SINCE",
         "ESCALATION",
-        "MHC",
+        "ACTED ON",
         "MESSAGE",
     ];
     let starts: Vec<usize> = cols.iter().map(|c| header.find(c).expect(c)).collect();
@@ -646,7 +647,7 @@ async fn the_status_command_renders_tables_and_json() {
             "VMError",
             "2026-11-30T10:15:00Z",
             "annotated",
-            "yes",
+            "annotation",
             "VM in state Error for 2 polls",
         ]
     );
@@ -658,7 +659,8 @@ async fn the_status_command_renders_tables_and_json() {
         cell(&held, 8),
         "held (MassFailure: 5 of 6 Machines in scope failing)"
     );
-    assert_eq!(cell(&held, 9), "no");
+    // A report without `acted_on` (an older shim) says whether an MHC selects it.
+    assert_eq!(cell(&held, 9), "mhc: no");
     let cp = row("prod-cp-abc12");
     assert_eq!(
         (cell(&cp, 2).as_str(), cell(&cp, 5).as_str()),

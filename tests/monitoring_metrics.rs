@@ -82,6 +82,7 @@ fn recorded() -> Metrics {
         jiff::Timestamp::now(),
     );
     m.record_scope_poll(scope, Err("unauthorized"));
+    m.set_false_unacted(BTreeMap::from([("ns/c1".to_string(), 1)]));
     m.set_orphan_memory(&MemoryReport {
         configmap: "capc-health-shim-system/capc-health-shim-memory".to_string(),
         ..Default::default()

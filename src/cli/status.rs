@@ -220,7 +220,13 @@ pub fn render_human(r: &StatusReport) -> String {
                     opt(m.reason.as_deref()),
                     time(m.since),
                     escalation(m),
-                    yes_no(m.mhc_covered).to_string(),
+                    // How a False verdict is acted on; a shim before `acted_on` says only
+                    // whether an MHC selects the Machine.
+                    if m.acted_on.is_empty() {
+                        format!("mhc: {}", yes_no(m.mhc_covered))
+                    } else {
+                        cell(&m.acted_on)
+                    },
                     opt(m.message.as_deref()),
                 ]
             })
@@ -240,7 +246,7 @@ pub fn render_human(r: &StatusReport) -> String {
                 "REASON",
                 "SINCE",
                 "ESCALATION",
-                "MHC",
+                "ACTED ON",
                 "MESSAGE",
             ],
             &machines,

@@ -1,5 +1,6 @@
 //! Phase 4 of a cycle, act: hand every changed condition (with its Event when the status
-//! changed) and, in annotate mode, the remediate annotation where the escalation guards allow
+//! changed) and, on the annotation path (annotate mode, or auto mode where the Machine's MHCs do
+//! not list the condition: `k8s::coverage`), the remediate annotation where the escalation guards allow
 //! it to the [writer](super::writer), and take in what the writer finished since. The cycle
 //! never waits on the API server (a cold start has one write per Machine): a Machine whose
 //! write is still queued is not written again, and escalates only once the condition it
@@ -19,6 +20,7 @@ use super::writer::{
     WriteTarget, Writer,
 };
 use crate::cli::to_std;
+use crate::k8s::coverage::{self, CoverageFacts};
 use crate::k8s::escalation::{self, Escalation, EscalationFacts};
 use crate::k8s::kube_error::KubeError;
 
@@ -446,13 +448,13 @@ impl Controller {
             let Some(published) = next else { continue };
             let m = &t.machine;
             let decision = escalation::decide(&EscalationFacts {
-                mode: self.api.mode,
+                annotates: coverage::annotates(&self.coverage_facts(t)),
                 machine: m,
                 status: published.status,
                 since: published.last_transition_time,
                 now,
                 delay: self.args.escalation_delay,
-                covered_by_mhc: t.mhc_covered,
+                covered_by_mhc: t.mhc_covered(),
                 cluster_paused: t.cluster_paused,
                 control_plane_escalation_in_flight: false,
             });
@@ -498,6 +500,17 @@ impl Controller {
         }
     }
 
+    /// What decides how `t`'s verdict is acted on ([`coverage`]).
+    pub(super) fn coverage_facts<'a>(&'a self, t: &'a Target) -> CoverageFacts<'a> {
+        CoverageFacts {
+            mode: self.api.mode,
+            auto: self.api.mode_source == "auto",
+            condition_type: &self.args.condition_type,
+            machine: &t.machine,
+            covering: &t.mhcs,
+        }
+    }
+
     /// Queues the remediate annotation for `t` when the guards allow it.
     fn escalate(
         &mut self,
@@ -511,13 +524,13 @@ impl Controller {
         let m = &t.machine;
         let cluster = (m.namespace.clone(), m.cluster_name.clone());
         let decision = escalation::decide(&EscalationFacts {
-            mode: self.api.mode,
+            annotates: coverage::annotates(&self.coverage_facts(t)),
             machine: m,
             status: published.status,
             since: published.last_transition_time,
             now,
             delay: self.args.escalation_delay,
-            covered_by_mhc: t.mhc_covered,
+            covered_by_mhc: t.mhc_covered(),
             cluster_paused: t.cluster_paused,
             control_plane_escalation_in_flight: cp_in_flight.contains(&cluster),
         });

@@ -11,6 +11,7 @@ use super::cycle::{Controller, CycleSummary};
 use super::decide::Decided;
 use super::gather::Gathered;
 use super::targets::{Target, TargetProblem};
+use crate::k8s::coverage;
 use crate::status::{
     ClusterReport, FailureDomainReport, MachineReport, PendingVerdict, StatusReport,
 };
@@ -27,6 +28,7 @@ impl Controller {
         now: Timestamp,
     ) {
         let mut clusters: BTreeMap<String, ClusterReport> = BTreeMap::new();
+        let mut unacted: BTreeMap<String, i64> = BTreeMap::new();
         // One copy of each scope key for all the Machines polled in it.
         let scope_names: HashMap<&str, Arc<str>> = g
             .scope_of
@@ -68,17 +70,23 @@ impl Controller {
                 reason: c.reason.clone(),
                 state: state.into(),
             });
+            let facts = self.coverage_facts(t);
+            let acted = coverage::acted_on(&facts);
+            report.acted_on_detail = coverage::acted_on_detail(&facts, &acted);
+            report.acted_on = acted.to_string();
+            let cluster = format!("{}/{}", t.machine.namespace, t.machine.cluster_name);
+            // The Machines standing False that nothing will recycle: the alert's gauge.
+            let gap = published.is_some_and(|p| p.status == Status::False) && acted.is_gap();
+            *unacted.entry(cluster.clone()).or_default() += i64::from(gap);
             clusters
-                .entry(format!(
-                    "{}/{}",
-                    t.machine.namespace, t.machine.cluster_name
-                ))
+                .entry(cluster)
                 .or_default()
                 .machines
                 .insert(t.machine.name.clone(), report);
         }
         self.metrics.set_verdict_counts(&verdict_counts(&clusters));
         self.metrics.set_standing(&clusters, now);
+        self.metrics.set_false_unacted(unacted);
         let failure_domains = failure_domains(&clusters);
         let (orphans, orphan_detection) = self.orphan_report();
         let (remnants, remnant_detection) = self.remnant_report();
@@ -151,7 +159,7 @@ impl Controller {
             name: t.machine.name.clone(),
             control_plane: t.machine.is_control_plane(),
             vm_id: t.instance_id().cloned(),
-            mhc_covered: t.mhc_covered,
+            mhc_covered: t.mhc_covered(),
             escalation: escalation.state.into(),
             escalation_detail: escalation.detail,
             scope,

@@ -43,13 +43,19 @@ pub struct Target {
     pub csm: Option<Arc<CloudStackMachineRecord>>,
     pub endpoint: Option<Arc<EndpointRef>>,
     pub problem: Option<TargetProblem>,
-    pub mhc_covered: bool,
+    /// The MachineHealthChecks that cover it ([`mhc_covers`]), shared with the watch store.
+    pub mhcs: Vec<Arc<HealthCheckRecord>>,
     pub cluster_paused: bool,
     /// Our condition as currently published on the Machine.
     pub current: Option<Arc<ConditionState>>,
 }
 
 impl Target {
+    /// Some MachineHealthCheck covers it.
+    pub fn mhc_covered(&self) -> bool {
+        !self.mhcs.is_empty()
+    }
+
     /// The VM's id (`spec.instanceID`), once CAPC deployed it.
     pub fn instance_id(&self) -> Option<&String> {
         self.csm.as_ref()?.instance_id.as_ref()
@@ -201,7 +207,7 @@ pub(super) fn csm_name(record: &MachineRecord) -> &str {
 /// Clusters, MachineHealthChecks — as lookups, built once per cycle.
 pub(super) struct Joiner<'a> {
     paused_clusters: HashMap<(&'a str, &'a str), bool>,
-    mhcs_by_cluster: HashMap<(&'a str, &'a str), Vec<&'a HealthCheckRecord>>,
+    mhcs_by_cluster: HashMap<(&'a str, &'a str), Vec<&'a Arc<HealthCheckRecord>>>,
     failure_domains: FailureDomains<'a>,
     namespaces: &'a [String],
 }
@@ -217,7 +223,8 @@ impl<'a> Joiner<'a> {
             .iter()
             .map(|c| ((c.namespace.as_str(), c.name.as_str()), c.paused))
             .collect();
-        let mut mhcs_by_cluster: HashMap<(&str, &str), Vec<&HealthCheckRecord>> = HashMap::new();
+        let mut mhcs_by_cluster: HashMap<(&str, &str), Vec<&Arc<HealthCheckRecord>>> =
+            HashMap::new();
         for mhc in health_checks {
             if let Some(cluster) = mhc.cluster_name.as_deref() {
                 mhcs_by_cluster
@@ -253,10 +260,16 @@ impl<'a> Joiner<'a> {
             csm: None,
             endpoint: None,
             problem: None,
-            mhc_covered: self
+            mhcs: self
                 .mhcs_by_cluster
                 .get(&cluster_key)
-                .is_some_and(|mhcs| mhcs.iter().any(|mhc| mhc_covers(mhc, view))),
+                .map(|mhcs| {
+                    mhcs.iter()
+                        .filter(|mhc| mhc_covers(mhc, view))
+                        .map(|mhc| Arc::clone(mhc))
+                        .collect()
+                })
+                .unwrap_or_default(),
             cluster_paused: self
                 .paused_clusters
                 .get(&cluster_key)
@@ -392,7 +405,7 @@ mod tests {
         let t = &t[0];
         assert_eq!(t.problem, None);
         assert_eq!(t.instance_id().map(String::as_str), Some("abc-1"));
-        assert!(t.mhc_covered && t.cluster_paused);
+        assert!(t.mhc_covered() && t.cluster_paused);
         assert_eq!(t.csm_state().map(String::as_str), Some("Running"));
         let e = t.endpoint.as_ref().unwrap();
         assert_eq!(
@@ -584,7 +597,7 @@ mod tests {
         );
         let seen: Vec<(&str, bool, bool)> = targets
             .iter()
-            .map(|t| (t.machine.name.as_str(), t.mhc_covered, t.cluster_paused))
+            .map(|t| (t.machine.name.as_str(), t.mhc_covered(), t.cluster_paused))
             .collect();
         assert_eq!(
             seen,

@@ -1,11 +1,12 @@
 //! Whether to escalate a `False` Machine with the remediate-machine annotation (annotate
-//! mode), with every guard of product.md §5. Pure: the caller gathers the facts.
+//! mode, or auto mode where the covering MachineHealthChecks do not list the condition:
+//! [`super::coverage::annotates`]), with every guard of product.md §5. Pure: the caller
+//! gathers the facts.
 
 use jiff::{SignedDuration, Timestamp};
 
 use super::objects::MachineView;
 use crate::verdict::Status;
-use capi_model::apis::Mode;
 use capi_model::well_known;
 
 /// Why an escalation is held back. Constants double as `/status` and Event reasons.
@@ -22,7 +23,8 @@ pub mod hold {
 /// What the controller knows when deciding.
 #[derive(Debug, Clone)]
 pub struct EscalationFacts<'a> {
-    pub mode: Mode,
+    /// The annotation is this Machine's path to recycling ([`super::coverage::annotates`]).
+    pub annotates: bool,
     pub machine: &'a MachineView,
     /// The published condition's status and when it last flipped.
     pub status: Status,
@@ -44,7 +46,7 @@ pub enum Escalation {
     Annotate,
     /// The annotation is already there: it is the record, nothing to repeat.
     AlreadyAnnotated,
-    /// Nothing to escalate (not `False`, or not annotate mode).
+    /// Nothing to escalate (not `False`, or the annotation is not this Machine's path).
     NotNeeded,
     /// `False`, but a guard holds it back; `until` when only time stands in the way.
     Held {
@@ -56,7 +58,7 @@ pub enum Escalation {
 
 pub fn decide(f: &EscalationFacts<'_>) -> Escalation {
     let m = f.machine;
-    if f.mode != Mode::Annotate || f.status != Status::False {
+    if !f.annotates || f.status != Status::False {
         return Escalation::NotNeeded;
     }
     if m.annotated(well_known::REMEDIATE_MACHINE) {
@@ -146,7 +148,7 @@ mod tests {
 
     fn facts(m: &MachineView) -> EscalationFacts<'_> {
         EscalationFacts {
-            mode: Mode::Annotate,
+            annotates: true,
             machine: m,
             status: Status::False,
             since: t(0),
@@ -172,7 +174,7 @@ mod tests {
     }
 
     #[test]
-    fn only_false_in_annotate_mode_escalates() {
+    fn only_false_on_the_annotation_path_escalates() {
         let m = worker();
         for status in [Status::True, Status::Unknown] {
             assert_eq!(
@@ -183,12 +185,13 @@ mod tests {
                 Escalation::NotNeeded
             );
         }
-        for mode in [Mode::Condition, Mode::Observe] {
-            assert_eq!(
-                decide(&EscalationFacts { mode, ..facts(&m) }),
-                Escalation::NotNeeded
-            );
-        }
+        assert_eq!(
+            decide(&EscalationFacts {
+                annotates: false,
+                ..facts(&m)
+            }),
+            Escalation::NotNeeded
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! labels) is the `capi-model` crate's.
 //!
 //! - [`objects`]: a Machine's facts, MHC selection, Node matching (NodeNotLinked), CRD fields.
+//! - [`coverage`]: whether a Machine's MachineHealthChecks act on the verdict, and through what.
 //! - [`escalation`]: the remediate-machine annotation and its guards.
 //! - [`kube_error`]: the API server's answers as typed errors (the controller's writes, the
 //!   HTTP side's token reviews).
@@ -13,6 +14,7 @@
 //! - [`views`]: typed partial views of the watched objects, tolerant field by field.
 //! - [`watched`]: what the watches keep of each object (the facts read, as records).
 
+pub mod coverage;
 pub mod escalation;
 pub mod kube_error;
 pub mod kubeconfig;

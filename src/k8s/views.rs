@@ -245,6 +245,36 @@ pub struct HealthCheckSpec {
     /// `None` when missing or not a label selector; kube's `Selector` parses the rest.
     #[serde(with = "As::<DefaultOnError>")]
     pub selector: Option<LabelSelector>,
+    /// v1beta1 (CAPI 1.13+): `spec.unhealthyMachineConditions[] {type, status, timeout}`.
+    #[serde(with = "As::<DefaultOnError<VecSkipError<Same>>>")]
+    pub unhealthy_machine_conditions: Vec<MachineConditionRule>,
+    /// v1beta2 (CAPI 1.12+): `spec.checks.unhealthyMachineConditions[] {type, status,
+    /// timeoutSeconds}`.
+    #[serde(deserialize_with = "object_or_default")]
+    pub checks: HealthCheckChecks,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct HealthCheckChecks {
+    #[serde(with = "As::<DefaultOnError<VecSkipError<Same>>>")]
+    pub unhealthy_machine_conditions: Vec<MachineConditionRule>,
+}
+
+/// One entry of an MHC's `unhealthyMachineConditions`, of either API version.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct MachineConditionRule {
+    #[serde(rename = "type", with = "As::<DefaultOnError>")]
+    pub type_: Option<String>,
+    #[serde(with = "As::<DefaultOnError>")]
+    pub status: Option<String>,
+    /// v1beta1: a Go duration (`"60s"`, `"5m"`).
+    #[serde(with = "As::<DefaultOnError>")]
+    pub timeout: Option<String>,
+    /// v1beta2.
+    #[serde(with = "As::<DefaultOnError>")]
+    pub timeout_seconds: Option<i64>,
 }
 
 /// A struct-valued field: read when it is an object, the default for any other shape. Unlike

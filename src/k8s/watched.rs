@@ -10,13 +10,14 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 use serde_json::Value;
 
 use kube::core::Selector;
 
+use super::coverage::{go_duration, ConditionRule};
 use super::objects::MachineView;
 use super::views::{
     text, CloudStackMachineObject, ClusterObject, FailureDomainObject, HealthCheckObject,
@@ -195,6 +196,9 @@ pub struct HealthCheckRecord {
     pub cluster_name: Option<String>,
     pub selector: Option<Selector>,
     pub paused: bool,
+    /// `unhealthyMachineConditions` of either API version (`spec.checks.…` in v1beta2,
+    /// `spec.…` in v1beta1 since CAPI 1.13); entries without a type or status are dropped.
+    pub machine_conditions: Vec<ConditionRule>,
 }
 
 impl HealthCheckRecord {
@@ -206,6 +210,26 @@ impl HealthCheckRecord {
             cluster_name: owned(&v.spec.cluster_name),
             selector: v.spec.selector.and_then(|s| Selector::try_from(s).ok()),
             paused: v.metadata.annotated(well_known::PAUSED),
+            machine_conditions: v
+                .spec
+                .checks
+                .unhealthy_machine_conditions
+                .iter()
+                .map(|r| (r, r.timeout_seconds.map(SignedDuration::from_secs)))
+                .chain(
+                    v.spec
+                        .unhealthy_machine_conditions
+                        .iter()
+                        .map(|r| (r, r.timeout.as_deref().and_then(go_duration))),
+                )
+                .filter_map(|(r, timeout)| {
+                    Some(ConditionRule {
+                        type_: text(&r.type_)?.to_string(),
+                        status: text(&r.status)?.to_string(),
+                        timeout,
+                    })
+                })
+                .collect(),
         })
     }
 

@@ -43,6 +43,8 @@ pub(super) struct Standing {
     machines_seen: Mutex<BTreeSet<MachineLabels>>,
     oldest_false: Family<ClusterLabels, Gauge>,
     oldest_seen: Mutex<BTreeSet<ClusterLabels>>,
+    false_unacted: Family<ClusterLabels, Gauge>,
+    unacted_seen: Mutex<BTreeSet<ClusterLabels>>,
     pub(super) scope_up: Family<ScopeLabels, Gauge>,
     poll_failures: Family<PollFailureLabels, Counter>,
     failures_seen: Mutex<BTreeSet<PollFailureLabels>>,
@@ -62,6 +64,12 @@ impl Standing {
             "Seconds the longest-standing False verdict of a Cluster has stood (no series when none is False)",
             oldest_false.clone(),
         );
+        let false_unacted = Family::<ClusterLabels, Gauge>::default();
+        registry.register(
+            "false_unacted_machines",
+            "Machines of a Cluster whose verdict is False and that nothing will act on: no MachineHealthCheck covers them, none lists the condition (--mode condition), or their owner cannot remediate (0 for every Cluster with CAPC Machines)",
+            false_unacted.clone(),
+        );
         let scope_up = Family::<ScopeLabels, Gauge>::default();
         registry.register(
             "scope_up",
@@ -79,6 +87,8 @@ impl Standing {
             machines_seen: Mutex::new(BTreeSet::new()),
             oldest_false,
             oldest_seen: Mutex::new(BTreeSet::new()),
+            false_unacted,
+            unacted_seen: Mutex::new(BTreeSet::new()),
             scope_up,
             poll_failures,
             failures_seen: Mutex::new(BTreeSet::new()),
@@ -160,6 +170,20 @@ impl Metrics {
             &self.standing.oldest_false,
             &self.standing.oldest_seen,
             oldest,
+        );
+    }
+
+    /// Sets `capc_health_false_unacted_machines` per Cluster (`namespace/name`); Clusters not
+    /// in `counts` lose their series.
+    pub fn set_false_unacted(&self, counts: BTreeMap<String, i64>) {
+        let now = counts
+            .into_iter()
+            .map(|(cluster, n)| (ClusterLabels { cluster }, n))
+            .collect();
+        replace(
+            &self.standing.false_unacted,
+            &self.standing.unacted_seen,
+            now,
         );
     }
 

@@ -246,6 +246,14 @@ pub struct MachineReport {
     /// Why an escalation is held or pending (a `k8s::escalation::hold` reason and detail).
     pub escalation_detail: Option<String>,
     pub mhc_covered: bool,
+    /// How a `False` verdict of this Machine will be acted on: `condition` (a covering
+    /// MachineHealthCheck lists the shim's condition), `annotation` (the shim sets
+    /// `cluster.x-k8s.io/remediate-machine`) or `none: <why>`.
+    #[serde(default)]
+    pub acted_on: String,
+    /// Which MachineHealthCheck acts and after how long, or why the annotation is the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acted_on_detail: Option<String>,
     /// Scope key the VM is polled in (one shared copy per scope: the key is long, and
     /// thousands of Machines share a few).
     pub scope: Option<std::sync::Arc<str>>,

@@ -12,7 +12,8 @@ pub enum Mode {
     /// CAPI 1.7–1.11: after the escalation delay, set `cluster.x-k8s.io/remediate-machine`.
     Annotate,
     /// CAPI 1.12+: publish the condition; the operator's MHC lists it under
-    /// `unhealthyMachineConditions`. Never annotates.
+    /// `unhealthyMachineConditions`. Detected (auto), a Machine whose MHCs do not list it is
+    /// annotated as in `Annotate` (`coverage::annotates` of the shim).
     Condition,
     /// Publish only.
     Observe,
