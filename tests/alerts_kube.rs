@@ -486,6 +486,11 @@ async fn every_alerts_series_is_set_by_the_running_shim_from_what_it_meets() {
                 last_scrape = leader_lines(m);
             }
             st.zip(m).filter(|(st, m)| {
+                // m-err's False is on the Machine, not only decided (a slow writer may still
+                // hold it queued: /status shows it `pending` until it lands).
+                if st["clusters"][&cluster]["machines"]["m-err"]["verdict"] != "False" {
+                    return false;
+                }
                 let scope = |ns: &str| scope_of(st, ns);
                 let (Some(mass_scope), Some(refused_scope), Some(unreachable_scope), Some(own)) = (
                     scope(&mass),
