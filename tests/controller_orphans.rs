@@ -207,3 +207,88 @@ async fn without_the_orphan_report_nothing_is_kept_or_reported() {
 fn controller_metrics(c: &Controller) -> String {
     c.metrics().encode()
 }
+
+/// A key rotation (same endpoint, new key: a scope of its own) after a CloudStackMachine went:
+/// the VM named after it is still found, in the new key's listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn a_key_rotation_still_finds_the_vm_of_a_machine_gone_under_the_old_key() {
+    const NEW_KEY: &str = "kube-test-key-rotated";
+    const NEW_SECRET: &str = "kube-test-secret-rotated";
+    let client = kube_client().await;
+    let f = Fixture::new(
+        client.clone(),
+        &[
+            ("vm-kept", "healthy", "Starting"),
+            ("m-late-csm", "healthy", "Starting"),
+        ],
+    )
+    .await;
+    f.machine("m-kept", Some("vm-kept"), false, "fd1").await;
+    // Being created: no instanceID yet, its VM already listed.
+    f.machine("m-late", None, false, "fd1").await;
+    let (mut controller, report) = f.controller(&["--orphan-grace", "2s"]).await;
+    f.cycle_until(&mut controller, &["m-kept"], Duration::from_secs(60), |s| {
+        is(&s["m-kept"], "True", "VMHealthy")
+    })
+    .await;
+    let old_scope = report.read().await.scopes[0].key.clone();
+
+    // Deleted before CAPC recorded its VM; the shim sees it gone under the old key.
+    delete(&f, &f.resources.cloudstack_machine, "m-late-csm").await;
+    delete(&f, &f.resources.machine, "m-late").await;
+    let cluster = format!("{}/c1", f.ns);
+    cycle_until_report(
+        &mut controller,
+        &report,
+        Duration::from_secs(30),
+        |r| {
+            r.clusters
+                .get(&cluster)
+                .is_some_and(|c| !c.machines.contains_key("m-late"))
+        },
+        |r| format!("clusters {:#?}", r.clusters.keys()),
+    )
+    .await;
+    // Then the account's key is rotated, in CloudStack and in the Secret.
+    f.sim.with_world(|w| {
+        let account = w
+            .account_by_api_key(kube_support::SIM_KEY)
+            .expect("account");
+        w.accounts[account].api_key = NEW_KEY.into();
+        w.accounts[account].secret_key = cloudstack_sim::world::Secret::new(NEW_SECRET);
+    });
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(f.client.clone(), &f.ns);
+    secrets
+        .patch(
+            "acs",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "stringData": {"api-key": NEW_KEY, "secret-key": NEW_SECRET}})),
+        )
+        .await
+        .expect("patch the Secret");
+
+    let r = cycle_until_report(
+        &mut controller,
+        &report,
+        Duration::from_secs(60),
+        |r| !r.orphans.is_empty(),
+        |r| {
+            format!(
+                "orphans {:#?}, detection {:?}, scopes {:?}",
+                r.orphans,
+                r.orphan_detection,
+                r.scopes.iter().map(|s| &s.key).collect::<Vec<_>>()
+            )
+        },
+    )
+    .await;
+    assert_eq!(r.orphans.len(), 1, "{:#?}", r.orphans);
+    let o = &r.orphans[0];
+    assert_eq!(o.kind, OrphanKind::NameOfDeleted);
+    assert_eq!(o.vm_id, f.vm_ids["m-late-csm"].to_ascii_lowercase());
+    assert_eq!(o.cloudstack_machine, format!("{}/m-late-csm", f.ns));
+    assert_ne!(o.scope, old_scope, "found in the new key's listing");
+    f.cleanup().await;
+}

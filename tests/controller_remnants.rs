@@ -354,3 +354,57 @@ fn series_value(text: &str, series: &str) -> Option<f64> {
         .find(|(s, _)| *s == series)
         .and_then(|(_, v)| v.parse().ok())
 }
+
+/// With `--no-orphan-report`, a CloudStackMachine stuck deleting is still reported with what
+/// CloudStack says of its VM: the listing it is read from is kept for the remnant report too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn a_stuck_deletion_shows_its_vm_state_with_the_orphan_report_off() {
+    let client = kube_client().await;
+    let f = Fixture::new(client.clone(), &[("vm-stuck", "healthy", "Starting")]).await;
+    let kinds = discover_remnant_kinds(&client).await;
+    f.machine("m-stuck", Some("vm-stuck"), false, "fd1").await;
+    let csm = f.resources.cloudstack_machine.clone();
+    patch(
+        &f,
+        &csm,
+        "m-stuck-csm",
+        json!({"metadata": {"finalizers": [CSM_FINALIZER]}}),
+    )
+    .await;
+    delete(&f, &csm, "m-stuck-csm").await;
+
+    let (controller, report) = f
+        .controller(&["--no-orphan-report", "--remnant-grace", "1s"])
+        .await;
+    let watches = MetadataWatches::start(&client, kinds, std::slice::from_ref(&f.ns));
+    let mut controller = controller.with_remnant_report(watches);
+    let vm = f.vm_ids["vm-stuck"].to_ascii_lowercase();
+    let stuck = |r: &StatusReport| {
+        r.remnants
+            .iter()
+            .find(|x| x.reason == RemnantReason::StuckDeleting && x.name == "m-stuck-csm")
+            .cloned()
+    };
+    // Reported first (the grace), then within a few cycles with the VM's state.
+    let r = cycle_until_report(
+        &mut controller,
+        &report,
+        Duration::from_secs(30),
+        |r| stuck(r).is_some(),
+        |r| format!("remnants {:#?}", r.remnants),
+    )
+    .await;
+    assert!(!r.orphan_detection.enabled, "{:?}", r.orphan_detection);
+    let r = cycle_until_report(
+        &mut controller,
+        &report,
+        Duration::from_secs(15),
+        |r| stuck(r).is_some_and(|x| x.why.contains(&format!("CloudStack shows VM {vm} Running"))),
+        |r| format!("remnants {:#?}", r.remnants),
+    )
+    .await;
+    let x = stuck(&r).expect("reported");
+    assert_eq!(x.related_vm.as_deref(), Some(vm.as_str()));
+    f.cleanup().await;
+}

@@ -2,7 +2,8 @@
 //! with its own `acsEndpoint` Secret, all on the same API URL and zone. Against a real
 //! kube-apiserver (CAPI/CAPC CRDs) and one `cloudstack-sim`:
 //!
-//! - the same key in two Secrets: one scope, one listing, both tenants' Machines judged;
+//! - the same key in two Secrets: one scope, one listing, both tenants' Machines judged — also
+//!   when one of them says `verify-ssl: "false"` (a setting, not another caller);
 //! - different keys that see different VMs: a scope each, both judged; one tenant's broken key
 //!   turns only its own Machines `Unknown` (after the API-trouble grace) and writes nothing to
 //!   the other's;
@@ -179,6 +180,34 @@ async fn two_tenants_with_one_key_share_one_listing_and_both_get_their_verdicts(
         "the scope names the Secrets that feed it"
     );
     assert!(!used[0].key.contains(SIM_KEY) && !used[0].key.contains(SIM_SECRET));
+    f.cleanup().await;
+}
+
+/// Before 0c73938 `verify-ssl` was part of the credentials' identity: two Secrets with one key
+/// made two scopes (the same VMs listed twice), each with a rate-limit budget of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn secrets_with_one_key_and_another_verify_ssl_are_one_scope() {
+    let (f, b) = two_tenants([(SIM_KEY, SIM_SECRET), (SIM_KEY, SIM_SECRET)]).await;
+    // The fixture's Secrets say "false"; the simulator speaks plain HTTP, so "true" changes
+    // nothing but the Secret.
+    merge_patch(
+        &f.client,
+        &b,
+        &ar("", "v1", "Secret", "secrets"),
+        "acs",
+        json!({"stringData": {"verify-ssl": "true"}}),
+    )
+    .await;
+    let (_, r) = judge_both(&f, &b).await;
+    let used: Vec<_> = r.scopes.iter().filter(|s| s.machines > 0).collect();
+    assert_eq!(
+        used.len(),
+        1,
+        "one key, one zone: one scope: {:#?}",
+        r.scopes
+    );
+    assert_eq!(used[0].secrets.len(), 2, "{:#?}", used[0]);
     f.cleanup().await;
 }
 

@@ -155,7 +155,7 @@ pub struct RunArgs {
     /// docs/orphans.md.
     #[arg(long, env = "CAPC_HEALTH_ORPHAN_GRACE", default_value = "15m", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(24 * 7)))]
     pub orphan_grace: SignedDuration,
-    /// Do not look for orphan VMs (the scope listings are then not kept between phases).
+    /// Do not look for orphan VMs (the scope listings are then kept only for the remnant report).
     #[arg(long, env = "CAPC_HEALTH_NO_ORPHAN_REPORT")]
     pub no_orphan_report: bool,
     /// The ConfigMap, in the shim's own namespace (the Lease's), where the leader keeps what

@@ -10,13 +10,12 @@ use futures::stream::{self, StreamExt};
 use jiff::{SignedDuration, Timestamp};
 
 use super::budget::{self, Phase};
-use super::credentials::{self, credentials_id};
+use super::credentials::{self, Account, Resolved};
 use super::cycle::{Controller, CycleSummary, Written};
-use super::kube_io;
 use super::targets::{EndpointRef, Target};
 use crate::cli::to_std;
+use crate::cloudstack::client::CloudStackClient;
 use crate::cloudstack::client::VmListQuery;
-use crate::cloudstack::client::{ClientConfig, CloudStackClient};
 use crate::k8s::watched::CloudStackMachineRecord;
 use crate::scope::{ListedVm, Scope, ScopeObserver};
 use crate::status::ScopeReport;
@@ -32,6 +31,11 @@ pub(super) struct ScopeState {
     pub report: ScopeReport,
     /// The endpoint (Secret, project, zone) it was made for.
     pub endpoint: EndpointRef,
+    /// The CloudStack account it lists as: its client shares the account's rate-limit budget.
+    pub account: Account,
+    /// The client's `verify-ssl`: not part of the scope's identity, so a change rebuilds the
+    /// client in place.
+    verify_tls: bool,
     /// Some Machine of this cycle is polled through this scope.
     pub in_use: bool,
     last_in_use: Timestamp,
@@ -64,6 +68,9 @@ pub(super) struct Gathered {
     pub credential_errors: HashMap<EndpointRef, (String, Option<Timestamp>)>,
     /// Every watched CloudStackMachine with its failure domain's endpoint (orphan report on).
     pub cloudstack_machines: Vec<(Arc<CloudStackMachineRecord>, Option<Arc<EndpointRef>>)>,
+    /// Endpoints polled through another scope than before — a new key —, as (old, new) scope
+    /// keys: the orphan report follows the CloudStackMachines it remembers to the new one.
+    pub rotations: Vec<(String, String)>,
 }
 
 impl Gathered {
@@ -79,13 +86,6 @@ fn scope_key(api_url: &str, credentials: &str, e: &EndpointRef) -> String {
         e.project.as_deref().unwrap_or("-"),
         e.zone_id.as_deref().unwrap_or("-")
     )
-}
-
-/// The endpoint-and-key part of a scope key (what one CloudStack account is).
-fn account_of(scope_key: &str) -> (&str, &str) {
-    let url = scope_key.split(' ').next().unwrap_or_default();
-    let key = scope_key.rsplit(" key=").next().unwrap_or_default();
-    (url, key)
 }
 
 /// Per scope this cycle: the VMs to track, those whose statistics are wanted, and the
@@ -131,6 +131,7 @@ impl Controller {
         let mut scope_of = HashMap::new();
         let mut credential_errors = HashMap::new();
         let mut wants: BTreeMap<String, ScopeWants> = BTreeMap::new();
+        let mut rotations = Vec::new();
         let mut reads = read_all_credentials(
             &self.client,
             &self.args,
@@ -141,6 +142,7 @@ impl Controller {
             let read = reads
                 .remove(*endpoint)
                 .unwrap_or_else(|| Err(not_read_in_time(endpoint, &self.args)));
+            let before = self.endpoints.get(*endpoint).map(|m| m.scope.clone());
             let key = match self.scope_for(endpoint, read, now) {
                 Ok(key) => key,
                 Err(e) => match self.recent_scope(endpoint, now) {
@@ -166,6 +168,9 @@ impl Controller {
                     }
                 },
             };
+            if let Some(old) = before.filter(|old| *old != key) {
+                rotations.push((old, key.clone()));
+            }
             let w = wants.entry(key.clone()).or_default();
             w.ids.extend(ids.iter().copied());
             w.stats_wanted.extend(stats_wanted.iter().copied());
@@ -192,6 +197,7 @@ impl Controller {
             scope_of,
             credential_errors,
             cloudstack_machines,
+            rotations,
         }
     }
 
@@ -229,10 +235,10 @@ impl Controller {
     fn scope_for(
         &mut self,
         endpoint: &EndpointRef,
-        read: Result<Credentials, String>,
+        read: Result<Resolved, String>,
         now: Timestamp,
     ) -> Result<String, String> {
-        let (data, cfg) = match read {
+        let resolved = match read {
             Ok(read) => read,
             Err(e) => {
                 if let Some(m) = self.endpoints.get_mut(endpoint) {
@@ -241,20 +247,41 @@ impl Controller {
                 return Err(e);
             }
         };
-        let key = scope_key(cfg.api_url.as_str(), &credentials_id(&data), endpoint);
-        if !self.scopes.contains_key(&key) {
-            let mut client = CloudStackClient::new(cfg).map_err(|e| {
-                format!(
-                    "Secret {}/{}: {e}",
-                    endpoint.secret_namespace, endpoint.secret_name
-                )
-            })?;
-            // One rate limit per endpoint and key: the account's API limit is per account,
-            // whatever zone or project a scope lists.
-            let account = account_of(&key);
-            if let Some(other) = self.scopes.iter().find(|(k, _)| account_of(k) == account) {
-                client = client.sharing_rate_limit(&other.1.polled.client);
+        let Resolved {
+            cfg, account, id, ..
+        } = resolved;
+        let key = scope_key(cfg.api_url.as_str(), &id, endpoint);
+        let cant = |e: crate::cloudstack::CloudStackError| {
+            format!(
+                "Secret {}/{}: {e}",
+                endpoint.secret_namespace, endpoint.secret_name
+            )
+        };
+        if let Some(scope) = self.scopes.get_mut(&key) {
+            // The first endpoint of the cycle decides the settings: Secrets that disagree do
+            // not rebuild the client back and forth.
+            if !scope.in_use && scope.verify_tls != cfg.verify_tls {
+                let verify_tls = cfg.verify_tls;
+                let client = CloudStackClient::new(cfg)
+                    .map_err(cant)?
+                    .sharing_rate_limit(&scope.polled.client);
+                scope.polled.client = client;
+                scope.verify_tls = verify_tls;
             }
+        } else {
+            let verify_tls = cfg.verify_tls;
+            // One rate limit per CloudStack account, whatever zone or project a scope lists,
+            // and the guest probe's when it uses the same key.
+            let prober = self.probing.client();
+            let client = credentials::client_of_account(
+                cfg,
+                &account,
+                self.scopes
+                    .values()
+                    .map(|s| (&s.account, &s.polled.client))
+                    .chain(prober),
+            )
+            .map_err(cant)?;
             // A rotated key gets a scope of its own, but keeps the histories its endpoint had:
             // a rotation must not restart every grace.
             let previous = self.endpoints.get(endpoint).map(|m| m.scope.clone());
@@ -262,7 +289,9 @@ impl Controller {
                 .and_then(|old| self.scopes.get(&old))
                 .map(|s| s.polled.observer.clone())
                 .unwrap_or_else(|| ScopeObserver::tracking(Vec::new()));
-            observer.keep_listing = self.orphans.is_some();
+            // The orphan report reads the listings, and the remnant report the states of the
+            // deleting CloudStackMachines' VMs in them.
+            observer.keep_listing = self.orphans.is_some() || self.remnants.is_some();
             let report = ScopeReport {
                 key: key.clone(),
                 api_url: client.api_url().to_string(),
@@ -274,6 +303,8 @@ impl Controller {
                     polled: Scope::new(client, listing_query(endpoint), observer, true),
                     report,
                     endpoint: endpoint.clone(),
+                    account,
+                    verify_tls,
                     in_use: true,
                     last_in_use: now,
                     failed_polls: 0,
@@ -313,10 +344,6 @@ impl Controller {
     }
 }
 
-/// An endpoint's Secret with the operator's override for its URL laid over it, and the client
-/// configuration made of them.
-type Credentials = (BTreeMap<String, String>, ClientConfig);
-
 /// Every endpoint's credentials, read at once ([`budget::CONCURRENT_CALLS`] at a time) within
 /// the Secret reads' share of `--poll-deadline`: an endpoint whose Secret is not read in time
 /// has a credential error of its own — its Machines stand on their record — and holds up no
@@ -325,7 +352,7 @@ async fn read_all_credentials<'e>(
     client: &kube::Client,
     args: &super::RunArgs,
     endpoints: Vec<&'e EndpointRef>,
-) -> HashMap<&'e EndpointRef, Result<Credentials, String>> {
+) -> HashMap<&'e EndpointRef, Result<Resolved, String>> {
     let window = budget::Window::start(Phase::SecretReads, to_std(args.poll_deadline));
     stream::iter(endpoints)
         .map(|e| async move {
@@ -370,26 +397,8 @@ async fn credentials(
     client: &kube::Client,
     args: &super::RunArgs,
     e: &EndpointRef,
-) -> Result<Credentials, String> {
-    let timeout = to_std(args.kube_timeout);
-    let mut data = kube_io::secret_data(client, &e.secret_namespace, &e.secret_name, timeout)
-        .await
-        .map_err(|err| err.to_string())?;
-    if let Some(url) = data.get("api-url").map(|u| u.trim().to_string()) {
-        if let Some(o) = args.endpoint_credentials.iter().find(|o| o.api_url == url) {
-            let over = kube_io::secret_data(client, &o.namespace, &o.name, timeout)
-                .await
-                .map_err(|err| err.to_string())?;
-            for k in ["api-key", "secret-key", "verify-ssl"] {
-                if let Some(v) = over.get(k) {
-                    data.insert(k.to_string(), v.clone());
-                }
-            }
-        }
-    }
-    let cfg = credentials::client_config(args, &data)
-        .map_err(|err| format!("Secret {}/{}: {err}", e.secret_namespace, e.secret_name))?;
-    Ok((data, cfg))
+) -> Result<Resolved, String> {
+    credentials::read(client, args, &e.secret_namespace, &e.secret_name, true).await
 }
 
 /// What the Machine's condition is, given the watch cache's view and our last write: while the
@@ -509,24 +518,6 @@ mod tests {
         assert_eq!(c, None);
         let (c, _) = current_condition(Some(&cached), Some("57"), None);
         assert_eq!(c, Some(&cached));
-    }
-
-    #[test]
-    fn scopes_of_one_endpoint_and_key_are_one_account() {
-        let e = |zone: &str, project: Option<&str>| EndpointRef {
-            secret_namespace: "ns".into(),
-            secret_name: "acs".into(),
-            project: project.map(str::to_string),
-            zone_id: Some(zone.into()),
-        };
-        let url = "https://cs.example/client/api";
-        let a = scope_key(url, "0123456789ab", &e("z1", None));
-        let b = scope_key(url, "0123456789ab", &e("z2", Some("p")));
-        let other_key = scope_key(url, "ffffffffffff", &e("z1", None));
-        assert_ne!(a, b);
-        assert_eq!(account_of(&a), account_of(&b));
-        assert_ne!(account_of(&a), account_of(&other_key));
-        assert_eq!(account_of(&a), (url, "0123456789ab"));
     }
 
     #[test]

@@ -25,11 +25,17 @@ impl Controller {
     }
 
     /// Each watched CloudStackMachine with the endpoint its failure domain names, when the
-    /// orphan report is on (gather keeps them for [`Controller::find_orphans`]).
+    /// orphan report is on (gather keeps them for [`Controller::find_orphans`]); with only the
+    /// remnant report on, those deleting with a VM (what CloudStack says of it is part of the
+    /// report: [`Controller::note_remnant_vms`]).
     pub(super) fn orphan_candidates(
         &self,
     ) -> Vec<(Arc<CloudStackMachineRecord>, Option<Arc<EndpointRef>>)> {
-        if self.orphans.is_none() {
+        let wanted = |c: &CloudStackMachineRecord| {
+            self.orphans.is_some()
+                || (self.remnants.is_some() && c.deleting && c.instance_id.is_some())
+        };
+        if self.orphans.is_none() && self.remnants.is_none() {
             return Vec::new();
         }
         let fds = self.stores.failure_domains.state();
@@ -38,7 +44,7 @@ impl Controller {
             .cloudstack_machines
             .state()
             .into_iter()
-            .filter(|c| self.in_namespaces(&c.namespace))
+            .filter(|c| self.in_namespaces(&c.namespace) && wanted(c))
             .map(|c| {
                 let endpoint = c.failure_domain_name.as_deref().and_then(|fd| {
                     let cluster = c.cluster_name.as_deref().unwrap_or_default();
@@ -51,20 +57,21 @@ impl Controller {
 
     /// Endpoints gather must poll for the orphan report although no Machine with a VM may use
     /// them: every CloudStackMachine's (one being created has no VM yet, but once gone, a VM
-    /// named after it is looked for there), and the scopes of gone ones and of suspects.
+    /// named after it is looked for there), and the scopes of gone ones and of suspects. With
+    /// only the remnant report on: those of the deleting CloudStackMachines.
     pub(super) fn orphan_endpoints(
         &self,
         candidates: &[(Arc<CloudStackMachineRecord>, Option<Arc<EndpointRef>>)],
     ) -> BTreeSet<EndpointRef> {
-        let Some(finder) = &self.orphans else {
-            return BTreeSet::new();
-        };
         // The few distinct endpoints first: one copy each, not one per CloudStackMachine.
         let distinct: BTreeSet<&EndpointRef> = candidates
             .iter()
             .filter_map(|(_, e)| e.as_deref())
             .collect();
         let mut out: BTreeSet<EndpointRef> = distinct.into_iter().cloned().collect();
+        let Some(finder) = &self.orphans else {
+            return out;
+        };
         for key in finder.scopes_watched() {
             if let Some(scope) = self.scopes.get(key) {
                 out.insert(scope.endpoint.clone());
@@ -111,6 +118,9 @@ impl Controller {
             })
             .collect();
         let finder = self.orphans.as_mut().expect("checked above");
+        for (old, new) in &g.rotations {
+            finder.rotated(old, new);
+        }
         let newly = finder.observe(&machines, &clusters, &listings, now);
         drop(listings);
         // The listings served only this: not held through the rest of the cycle and the wait

@@ -10,22 +10,36 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
-use super::credentials;
+use super::credentials::{self, Account};
 use super::cycle::Controller;
 use super::gather::Gathered;
-use super::kube_io;
-use crate::cli::to_std;
 use crate::cloudstack::client::CloudStackClient;
 use crate::probe::probe_tick;
 use crate::probe::{Prober, ScopeHistories, StepOutcome};
 use crate::status::ProbeReport;
 use crate::verdict::MachineFacts;
 
+/// What the probe's client was built from: a change rebuilds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProbeKey {
+    account: Account,
+    id: String,
+    verify_tls: bool,
+}
+
+impl Probing {
+    /// The probe's client and its account, for scopes of the same account to share its budget.
+    pub(super) fn client(&self) -> Option<(&Account, &CloudStackClient)> {
+        self.prober.as_ref().map(|(k, p)| (&k.account, p.client()))
+    }
+}
+
 /// The probe's state between cycles.
 #[derive(Default)]
 pub struct Probing {
-    /// The prober and the (api-url, credentials id) of the key it was built with.
-    prober: Option<((String, String), Prober)>,
+    /// The prober, the account it calls as (its rate-limit budget is the account's) and the
+    /// credentials id and `verify-ssl` it was built with.
+    prober: Option<(ProbeKey, Prober)>,
     /// Per VM id (a CloudStack UUID, so unique across scopes; the scope's histories say where
     /// it is polled): the facts of the Machine it belongs to, as of the last cycle.
     facts: HashMap<String, MachineFacts>,
@@ -39,16 +53,19 @@ impl Controller {
         let Some(secret) = self.args.probe_credentials.clone() else {
             return;
         };
-        let timeout = to_std(self.args.kube_timeout);
-        let data = match kube_io::secret_data(
+        // The same way from a Secret to a client as the scopes', without the override: the
+        // probe's Secret is already the key the operator chose for it (one that may run
+        // diagnostics); an --endpoint-credentials key, read-only for listings, may not.
+        let resolved = match credentials::read(
             &self.client,
+            &self.args,
             &secret.namespace,
             &secret.name,
-            timeout,
+            false,
         )
         .await
         {
-            Ok(d) => d,
+            Ok(r) => r,
             Err(e) => {
                 // Keep a working prober across a failed read; say why a missing one is off.
                 self.probing.problem = Some(format!("probe credentials: {e}"));
@@ -56,21 +73,26 @@ impl Controller {
             }
         };
         // The same key at the same endpoint: keep the prober (and its jobs in flight).
-        let fp = (
-            data.get("api-url").cloned().unwrap_or_default(),
-            credentials::credentials_id(&data),
-        );
-        if self.probing.prober.as_ref().is_some_and(|(f, _)| *f == fp) {
+        let key = ProbeKey {
+            account: resolved.account.clone(),
+            id: resolved.id.clone(),
+            verify_tls: resolved.cfg.verify_tls,
+        };
+        if self.probing.prober.as_ref().is_some_and(|(k, _)| *k == key) {
             self.probing.problem = None;
             return;
         }
-        let built = credentials::client_config(&self.args, &data)
-            .and_then(CloudStackClient::new)
-            .map_err(|e| format!("probe credentials: Secret {secret}: {e}"));
+        // One budget per account: with a scope's key the probe draws on the scope's.
+        let built = credentials::client_of_account(
+            resolved.cfg,
+            &key.account,
+            self.scopes.values().map(|s| (&s.account, &s.polled.client)),
+        )
+        .map_err(|e| format!("probe credentials: Secret {secret}: {e}"));
         match built {
             Ok(client) => {
                 tracing::info!(endpoint = client.api_url(), "guest probe key loaded");
-                self.probing.prober = Some((fp, Prober::new(client, self.args.probe.limits())));
+                self.probing.prober = Some((key, Prober::new(client, self.args.probe.limits())));
                 self.probing.problem = None;
             }
             Err(e) => {

@@ -124,6 +124,13 @@ impl Controller {
             facts.last_error = report.destroy_errors.get(vm_id).cloned();
         }
         report.vms.retain(|k, _| seen.contains(k));
+        // Without the orphan report, nothing else reads the listings: not held through the
+        // rest of the cycle.
+        if self.orphans.is_none() {
+            for scope in self.scopes.values_mut() {
+                scope.listing = None;
+            }
+        }
     }
 
     /// For the CloudStackMachines reported stuck deleting whose VM is still listed: the error

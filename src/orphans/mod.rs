@@ -116,6 +116,10 @@ pub struct OrphanFinder {
     clusters: HashMap<(String, String), ClusterMemory>,
     /// The scope keys remembered CloudStackMachines use, one copy each.
     scopes: HashSet<Arc<str>>,
+    /// Key rotations: old scope → the scopes its endpoints are polled through since (a scope
+    /// key names the key). A VM is named after its CloudStackMachine whatever key listed it, so
+    /// one remembered under an old scope is looked for by name under the new ones too.
+    successors: HashMap<Arc<str>, Vec<Arc<str>>>,
     /// VM id → what is known of it as an orphan; reported once `grace` has passed.
     suspects: BTreeMap<String, OrphanReport>,
 }
@@ -127,6 +131,7 @@ impl OrphanFinder {
             owners: HashMap::new(),
             clusters: HashMap::new(),
             scopes: HashSet::new(),
+            successors: HashMap::new(),
             suspects: BTreeMap::new(),
         }
     }
@@ -154,14 +159,51 @@ impl OrphanFinder {
     }
 
     /// Scopes that must go on being listed although no Machine may use them any more: those
-    /// of CloudStackMachines that disappeared, and of suspects.
+    /// of CloudStackMachines that disappeared (and the scopes their keys were rotated to), and
+    /// of suspects.
     pub fn scopes_watched(&self) -> BTreeSet<&str> {
-        self.owners
+        let gone: BTreeSet<&str> = self
+            .owners
             .values()
             .filter(|o| o.gone_since.is_some())
             .filter_map(|o| o.scope.as_deref())
+            .collect();
+        gone.into_iter()
+            .flat_map(|s| self.lineage(s))
             .chain(self.suspects.values().map(|s| s.scope.as_str()))
             .collect()
+    }
+
+    /// The endpoint polled through scope `old` is now polled through `new`: its key was
+    /// rotated. CloudStackMachines remembered under `old` are looked for under `new` too.
+    pub fn rotated(&mut self, old: &str, new: &str) {
+        if old == new {
+            return;
+        }
+        let new = shared(&mut self.scopes, new);
+        let next = self
+            .successors
+            .entry(shared(&mut self.scopes, old))
+            .or_default();
+        if !next.contains(&new) {
+            next.push(new);
+        }
+    }
+
+    /// `scope` and every scope its key was rotated to since (a rotation back to an earlier key
+    /// ends the walk there).
+    fn lineage<'s>(&'s self, scope: &'s str) -> Vec<&'s str> {
+        let mut out = vec![scope];
+        let mut i = 0;
+        while let Some(&s) = out.get(i) {
+            for next in self.successors.get(s).into_iter().flatten() {
+                if !out.contains(&&**next) {
+                    out.push(next);
+                }
+            }
+            i += 1;
+        }
+        out
     }
 
     /// One cycle: takes what the watches show now and this cycle's listings; returns the
@@ -239,6 +281,11 @@ impl OrphanFinder {
                     why: String::new(),
                 });
             s.vm_state = vm.state.as_str().to_string();
+            // Listed now under another key's scope (a rotation): the suspect follows it, and
+            // is not dropped when the old scope is retired.
+            if s.scope != scope {
+                s.scope = scope.to_string();
+            }
             s.cluster = cluster;
             s.kind = kind;
             s.why = why;
@@ -330,7 +377,21 @@ impl OrphanFinder {
             o.gone_since.is_none_or(|t| now.duration_since(t) < MEMORY)
                 || suspected.contains(&(o.last.namespace.as_str(), o.last.name.as_str()))
         });
-        // A scope key no remembered CloudStackMachine holds any more.
+        // Rotations no remembered CloudStackMachine's scope leads through any more.
+        if !self.successors.is_empty() {
+            let held: BTreeSet<&str> = self
+                .owners
+                .values()
+                .filter_map(|o| o.scope.as_deref())
+                .collect();
+            let reached: HashSet<Arc<str>> = held
+                .into_iter()
+                .flat_map(|s| self.lineage(s))
+                .filter_map(|s| self.scopes.get(s).cloned())
+                .collect();
+            self.successors.retain(|old, _| reached.contains(old));
+        }
+        // A scope key no remembered CloudStackMachine (or rotation) holds any more.
         self.scopes.retain(|s| Arc::strong_count(s) > 1);
         let clusters_in_use: BTreeSet<(&str, &str)> = self
             .owners
@@ -352,10 +413,16 @@ impl OrphanFinder {
 
     fn owners_by_name(&self) -> HashMap<(&str, &str), Vec<&Owner>> {
         let mut by_name: HashMap<(&str, &str), Vec<&Owner>> = HashMap::new();
+        // Each scope's lineage once, not once per CloudStackMachine.
+        let mut lineages: HashMap<&str, Vec<&str>> = HashMap::new();
         for o in self.owners.values() {
-            if let Some(scope) = o.scope.as_deref() {
+            let Some(scope) = o.scope.as_deref() else {
+                continue;
+            };
+            let lineage = lineages.entry(scope).or_insert_with(|| self.lineage(scope));
+            for s in lineage.iter() {
                 by_name
-                    .entry((scope, o.last.name.as_str()))
+                    .entry((s, o.last.name.as_str()))
                     .or_default()
                     .push(o);
             }

@@ -406,3 +406,104 @@ fn a_vm_in_two_overlapping_listings_counts_as_owned_if_either_says_so() {
     assert_eq!(out.len(), 1);
     assert_eq!(f.orphans().count(), 1);
 }
+
+/// The same endpoint before and after its key was rotated: the scope key names the key.
+const OLD_KEY: &str = "https://cloud/client/api project=- zone=z1 key=aaaaaaaaaaaa";
+const NEW_KEY: &str = "https://cloud/client/api project=- zone=z1 key=bbbbbbbbbbbb";
+
+/// One cycle after a rotation: the old scope still exists (kept for an hour) but is no longer
+/// polled; the new one lists `vms`.
+fn after_rotation<'a>(vms: &'a [ListedVm]) -> [ScopeListing<'a>; 2] {
+    [
+        ScopeListing {
+            scope: OLD_KEY,
+            vms: None,
+        },
+        ScopeListing {
+            scope: NEW_KEY,
+            vms: Some(vms),
+        },
+    ]
+}
+
+#[test]
+fn a_key_rotation_keeps_name_based_detection_of_machines_gone_under_the_old_key() {
+    let mut f = OrphanFinder::new(GRACE);
+    let mut w3 = csm("w-3", None);
+    w3.scope = Some(OLD_KEY);
+    let old = [ScopeListing {
+        scope: OLD_KEY,
+        vms: Some(&[]),
+    }];
+    // w-3 is being created under the old key, and deleted before CAPC recorded its VM.
+    f.observe(&[w3.borrowed()], &[cluster(false, false)], &old, at(0));
+    f.observe(&[], &[cluster(false, false)], &old, at(1));
+    // The key is rotated; the VM deployed for w-3 shows up in the new key's listing.
+    f.rotated(OLD_KEY, NEW_KEY);
+    assert!(
+        f.scopes_watched().contains(NEW_KEY),
+        "the new scope is listed for the gone CloudStackMachine: {:?}",
+        f.scopes_watched()
+    );
+    let listed = [vm("vm-c", "w-3", VmState::Running)];
+    let mut reported = Vec::new();
+    for m in 2..=20 {
+        reported.extend(
+            f.observe(
+                &[],
+                &[cluster(false, false)],
+                &after_rotation(&listed),
+                at(m),
+            )
+            .into_iter()
+            .map(|o| (m, o)),
+        );
+    }
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    let (minute, o) = &reported[0];
+    assert_eq!(
+        *minute, 17,
+        "the grace runs from the first sighting under the new key"
+    );
+    assert_eq!(
+        (o.kind, o.scope.as_str()),
+        (OrphanKind::NameOfDeleted, NEW_KEY)
+    );
+
+    // A new leader given the memory knows the rotation too.
+    let mut restored = OrphanFinder::new(GRACE);
+    assert_eq!(restored.restore(f.memory()), Ok(1));
+    let mut again = Vec::new();
+    for m in 30..=46 {
+        again.extend(restored.observe(
+            &[],
+            &[cluster(false, false)],
+            &after_rotation(&listed),
+            at(m),
+        ));
+    }
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0].kind, OrphanKind::NameOfDeleted);
+}
+
+#[test]
+fn a_rotation_is_forgotten_with_the_machines_remembered_under_the_old_key() {
+    let mut f = OrphanFinder::new(GRACE);
+    let mut w3 = csm("w-3", None);
+    w3.scope = Some(OLD_KEY);
+    let nothing = after_rotation(&[]);
+    f.observe(&[w3.borrowed()], &[], &nothing, at(0));
+    f.rotated(OLD_KEY, NEW_KEY);
+    // Rotated back: the walk ends, and both keys stay reachable.
+    f.rotated(NEW_KEY, OLD_KEY);
+    f.observe(&[], &[], &nothing, at(1));
+    assert_eq!(f.memory().rotations.len(), 2);
+    assert_eq!(
+        f.scopes_watched().into_iter().collect::<Vec<_>>(),
+        [OLD_KEY, NEW_KEY]
+    );
+    f.observe(&[], &[], &nothing, at(62));
+    assert_eq!(f.remembered(), 0);
+    let m = f.memory();
+    assert!(m.rotations.is_empty() && m.scopes.is_empty(), "{m:?}");
+}

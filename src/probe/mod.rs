@@ -133,6 +133,11 @@ impl Prober {
     }
 
     /// Whether VMs listed through `api_url` can be probed with this key: same endpoint.
+    /// The client it calls with (for clients of the same account to share its rate limit).
+    pub fn client(&self) -> &CloudStackClient {
+        &self.client
+    }
+
     pub fn covers(&self, api_url: &str) -> bool {
         same_endpoint(self.client.api_url(), api_url)
     }

@@ -33,7 +33,11 @@ pub struct Memory {
     pub machines: Vec<MachineEntry>,
     #[serde(rename = "c", default)]
     pub clusters: Vec<ClusterEntry>,
-    /// Entries left out to stay within the size bound (the oldest gone first).
+    /// Key rotations, as (old scope, new scope) indices into `scopes`: a VM named like a
+    /// CloudStackMachine remembered under the old key is looked for under the new one too.
+    #[serde(rename = "r", default, skip_serializing_if = "Vec::is_empty")]
+    pub rotations: Vec<(usize, usize)>,
+    /// CloudStackMachine entries left out to stay within the size bound (the oldest gone first).
     #[serde(rename = "d", default)]
     pub dropped: usize,
 }
@@ -98,12 +102,10 @@ impl OrphanFinder {
             .owners
             .values()
             .map(|o| {
-                let scope = o.scope.as_deref().map(|s| {
-                    *index.entry(s).or_insert_with(|| {
-                        scopes.push(s.to_string());
-                        scopes.len() - 1
-                    })
-                });
+                let scope = o
+                    .scope
+                    .as_deref()
+                    .map(|s| index_of(&mut index, &mut scopes, s));
                 MachineEntry {
                     namespace: o.last.namespace.clone(),
                     name: o.last.name.clone(),
@@ -129,11 +131,24 @@ impl OrphanFinder {
             })
             .collect();
         clusters.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        let mut rotations: Vec<(usize, usize)> = self
+            .successors
+            .iter()
+            .flat_map(|(old, next)| next.iter().map(move |new| (old, new)))
+            .map(|(old, new)| {
+                (
+                    index_of(&mut index, &mut scopes, old),
+                    index_of(&mut index, &mut scopes, new),
+                )
+            })
+            .collect();
+        rotations.sort_unstable();
         Memory {
             version: VERSION,
             scopes,
             machines,
             clusters,
+            rotations,
             dropped: 0,
         }
     }
@@ -145,11 +160,16 @@ impl OrphanFinder {
         if let Some(bad) = m
             .machines
             .iter()
-            .find_map(|e| e.scope.filter(|&s| s >= m.scopes.len()))
+            .filter_map(|e| e.scope)
+            .chain(m.rotations.iter().flat_map(|&(a, b)| [a, b]))
+            .find(|&s| s >= m.scopes.len())
         {
             return Err(MemoryError::BadScope(bad));
         }
         let mut restored = 0;
+        for &(old, new) in &m.rotations {
+            self.rotated(&m.scopes[old], &m.scopes[new]);
+        }
         for e in m.machines {
             let key = format!("{}/{}", e.namespace, e.name);
             if self.owners.contains_key(&key) {
@@ -190,18 +210,37 @@ impl OrphanFinder {
     }
 }
 
-/// A memory as stored: its bytes, and how many CloudStackMachines it holds and left out.
+/// Scope `s`'s index in `scopes` (added when new).
+fn index_of<'a>(
+    index: &mut HashMap<&'a str, usize>,
+    scopes: &mut Vec<String>,
+    s: &'a str,
+) -> usize {
+    *index.entry(s).or_insert_with(|| {
+        scopes.push(s.to_string());
+        scopes.len() - 1
+    })
+}
+
+/// A memory as stored: its bytes, how many CloudStackMachines it holds and left out, and how
+/// many Cluster entries it left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Encoded {
     pub bytes: Vec<u8>,
     pub machines: usize,
     pub dropped: usize,
+    pub clusters_dropped: usize,
 }
 
-/// `m` as gzip of JSON within `max_bytes`: when it does not fit, the CloudStackMachines gone
-/// longest are left out first, then present ones (counted in `dropped`).
+/// `m` as gzip of JSON within `max_bytes`, whatever part of it is large: when it does not fit,
+/// what serves no CloudStackMachine kept goes first (scopes and rotations none refers to,
+/// Clusters none belongs to), then the CloudStackMachines gone longest, then present ones
+/// (counted in `dropped`) — each time with the scopes and Clusters only they needed —, then the
+/// Clusters, the longest gone first. Only a bound below an empty memory's size (~40 bytes)
+/// is not met.
 pub fn encode(m: &Memory, max_bytes: usize) -> Encoded {
     let mut m = m.clone();
+    let mut clusters_dropped = 0;
     // Kept in this order: present ones, then the most recently gone.
     m.machines.sort_by(|a, b| {
         b.gone_since
@@ -209,22 +248,92 @@ pub fn encode(m: &Memory, max_bytes: usize) -> Encoded {
             .cmp(&a.gone_since.is_none())
             .then(b.gone_since.cmp(&a.gone_since))
     });
+    m.clusters.sort_by(|a, b| {
+        b.gone_since
+            .is_none()
+            .cmp(&a.gone_since.is_none())
+            .then(b.gone_since.cmp(&a.gone_since))
+    });
+    let mut pruned = false;
     loop {
         let bytes = gzip(&m);
-        if bytes.len() <= max_bytes || m.machines.is_empty() {
+        let fits = bytes.len() <= max_bytes;
+        if fits || (m.machines.is_empty() && m.clusters.is_empty() && pruned) {
             return Encoded {
                 bytes,
                 machines: m.machines.len(),
                 dropped: m.dropped,
+                clusters_dropped,
             };
         }
+        if !pruned {
+            pruned = true;
+            clusters_dropped += prune(&mut m);
+            continue;
+        }
         // Shrink in proportion to the excess, at least one entry per round.
-        let keep =
-            (m.machines.len() as f64 * max_bytes as f64 / bytes.len() as f64 * 0.95) as usize;
-        let keep = keep.min(m.machines.len() - 1);
-        m.dropped += m.machines.len() - keep;
-        m.machines.truncate(keep);
+        let share = max_bytes as f64 / bytes.len() as f64 * 0.95;
+        if m.machines.is_empty() {
+            let keep = ((m.clusters.len() as f64 * share) as usize).min(m.clusters.len() - 1);
+            clusters_dropped += m.clusters.len() - keep;
+            m.clusters.truncate(keep);
+        } else {
+            let keep = ((m.machines.len() as f64 * share) as usize).min(m.machines.len() - 1);
+            m.dropped += m.machines.len() - keep;
+            m.machines.truncate(keep);
+            clusters_dropped += prune(&mut m);
+        }
     }
+}
+
+/// Leaves out of `m` what no CloudStackMachine in it needs: scopes none refers to (nor leads
+/// to through a rotation), rotations between such scopes, Clusters none belongs to. Returns the
+/// Clusters left out.
+fn prune(m: &mut Memory) -> usize {
+    let mut needed = vec![false; m.scopes.len()];
+    let mut todo: Vec<usize> = m.machines.iter().filter_map(|e| e.scope).collect();
+    while let Some(i) = todo.pop() {
+        if needed.get(i).copied() != Some(false) {
+            continue;
+        }
+        needed[i] = true;
+        todo.extend(m.rotations.iter().filter(|r| r.0 == i).map(|r| r.1));
+    }
+    // Old index → new index of the scopes kept.
+    let mut new_index = vec![None; m.scopes.len()];
+    let mut kept = 0;
+    for (i, keep) in needed.iter().enumerate() {
+        if *keep {
+            new_index[i] = Some(kept);
+            kept += 1;
+        }
+    }
+    let mut i = 0;
+    m.scopes.retain(|_| {
+        i += 1;
+        needed[i - 1]
+    });
+    let at = |i: usize| new_index.get(i).copied().flatten();
+    for e in &mut m.machines {
+        e.scope = e.scope.and_then(at);
+    }
+    m.rotations = m
+        .rotations
+        .iter()
+        .filter_map(|&(a, b)| Some((at(a)?, at(b)?)))
+        .collect();
+    let belonging: std::collections::HashSet<(&str, &str)> = m
+        .machines
+        .iter()
+        .filter_map(|e| Some((e.namespace.as_str(), e.cluster.as_deref()?)))
+        .collect();
+    let before = m.clusters.len();
+    let clusters = std::mem::take(&mut m.clusters);
+    m.clusters = clusters
+        .into_iter()
+        .filter(|c| belonging.contains(&(c.namespace.as_str(), c.name.as_str())))
+        .collect();
+    before - m.clusters.len()
 }
 
 fn gzip(m: &Memory) -> Vec<u8> {
@@ -267,209 +376,4 @@ fn not_json(e: serde_json::Error) -> MemoryError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::orphans::{ClusterSighting, ScopeListing, SightingRef};
-    use crate::scope::ListedVm;
-    use jiff::SignedDuration;
-
-    const SCOPE: &str = "https://cloud/client/api project=- zone=z1 key=abc";
-
-    fn at(s: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + s).unwrap()
-    }
-
-    fn csm(name: &str, id: &str) -> Arc<CloudStackMachineRecord> {
-        Arc::new(CloudStackMachineRecord {
-            namespace: "ns".into(),
-            name: name.into(),
-            instance_id: Some(id.into()),
-            failure_domain_name: Some("fd1".into()),
-            instance_state: None,
-            instance_state_since: None,
-            cluster_name: Some("c1".into()),
-            deleting: false,
-            moving: false,
-        })
-    }
-
-    fn vm(id: &str, name: &str) -> ListedVm {
-        ListedVm {
-            id: id.into(),
-            name: name.into(),
-            state: crate::cloudstack::model::VmState::Running,
-        }
-    }
-
-    fn cluster() -> Vec<ClusterSighting> {
-        vec![ClusterSighting {
-            namespace: "ns".into(),
-            name: "c1".into(),
-            paused: false,
-            deleting: false,
-        }]
-    }
-
-    fn cycle(
-        f: &mut OrphanFinder,
-        csms: &[Arc<CloudStackMachineRecord>],
-        vms: &[ListedVm],
-        now: Timestamp,
-    ) -> usize {
-        let sightings: Vec<SightingRef<'_>> = csms
-            .iter()
-            .map(|c| SightingRef {
-                machine: c,
-                scope: Some(SCOPE),
-            })
-            .collect();
-        f.observe(
-            &sightings,
-            &cluster(),
-            &[ScopeListing {
-                scope: SCOPE,
-                vms: Some(vms),
-            }],
-            now,
-        );
-        f.orphans().count()
-    }
-
-    #[test]
-    fn a_new_finder_given_the_memory_reports_the_vm_of_a_machine_deleted_while_no_shim_watched() {
-        let grace = SignedDuration::from_secs(60);
-        let (keep, gone) = (csm("m-keep", "id-keep"), csm("m-gone", "id-gone"));
-        let vms = [vm("id-keep", "m-keep"), vm("id-gone", "m-gone")];
-        let mut before = OrphanFinder::new(grace);
-        assert_eq!(
-            cycle(&mut before, &[keep.clone(), gone.clone()], &vms, at(0)),
-            0
-        );
-        let stored = encode(&before.memory(), 1 << 20).bytes;
-
-        // The shim is down while m-gone is deleted (its finalizer removed by hand); a new
-        // process starts with only m-keep to see.
-        let mut fresh = OrphanFinder::new(grace);
-        assert_eq!(
-            cycle(&mut fresh, std::slice::from_ref(&keep), &vms, at(100)),
-            0
-        );
-        assert_eq!(
-            cycle(&mut fresh, std::slice::from_ref(&keep), &vms, at(200)),
-            0,
-            "without the memory, nothing"
-        );
-
-        let mut after = OrphanFinder::new(grace);
-        assert_eq!(after.restore(decode(&stored).unwrap()), Ok(2));
-        assert_eq!(
-            cycle(&mut after, std::slice::from_ref(&keep), &vms, at(100)),
-            0,
-            "within the grace"
-        );
-        assert_eq!(cycle(&mut after, &[keep], &vms, at(161)), 1);
-        let o = after.orphans().next().unwrap();
-        assert_eq!(
-            (o.vm_id.as_str(), o.kind),
-            ("id-gone", crate::status::OrphanKind::InstanceOfDeleted)
-        );
-        assert_eq!(o.cluster.as_deref(), Some("ns/c1"));
-    }
-
-    #[test]
-    fn the_bound_leaves_out_the_longest_gone_first_and_says_how_many() {
-        let mut m = Memory {
-            version: VERSION,
-            scopes: vec![SCOPE.into()],
-            ..Default::default()
-        };
-        for i in 0..2000 {
-            m.machines.push(MachineEntry {
-                namespace: "ns".into(),
-                name: format!("m-{i}"),
-                instance_id: Some(format!(
-                    "{:08x}-1111-2222-3333-{:012x}",
-                    i * 7919,
-                    i * 104729
-                )),
-                cluster: Some("c1".into()),
-                scope: Some(0),
-                gone_since: (i % 2 == 1).then(|| at(i)),
-                deleting: false,
-                moving: false,
-            });
-        }
-        let whole = encode(&m, 1 << 20).bytes;
-        assert_eq!(decode(&whole).unwrap().dropped, 0);
-        let bound = whole.len() * 3 / 4;
-        let bounded = encode(&m, bound).bytes;
-        assert!(bounded.len() <= bound);
-        let back = decode(&bounded).unwrap();
-        assert!(back.dropped > 0 && back.dropped + back.machines.len() == 2000);
-        // Every present one was kept; of the gone ones, the most recently gone.
-        assert_eq!(
-            back.machines
-                .iter()
-                .filter(|e| e.gone_since.is_none())
-                .count(),
-            1000
-        );
-        let kept: std::collections::HashSet<&str> =
-            back.machines.iter().map(|e| e.name.as_str()).collect();
-        let oldest_kept = back.machines.iter().filter_map(|e| e.gone_since).min();
-        for e in m
-            .machines
-            .iter()
-            .filter(|e| !kept.contains(e.name.as_str()))
-        {
-            assert!(
-                e.gone_since.is_some() && e.gone_since < oldest_kept,
-                "{e:?} left out"
-            );
-        }
-    }
-
-    #[test]
-    fn what_cannot_be_read_back_is_a_clear_error() {
-        assert!(matches!(
-            decode(b"<html>proxy</html>"),
-            Err(MemoryError::NotGzip(_))
-        ));
-        let v2 = gzip_json(br#"{"v": 2, "m": []}"#);
-        assert_eq!(decode(&v2), Err(MemoryError::UnknownVersion { found: 2 }));
-        assert!(matches!(
-            decode(&gzip_json(b"[1, 2")),
-            Err(MemoryError::NotJson(_))
-        ));
-        let bad_scope = decode(&gzip_json(
-            br#"{"v": 1, "s": [], "m": [{"n": "ns", "m": "a", "s": 3}]}"#,
-        ))
-        .unwrap();
-        assert_eq!(
-            OrphanFinder::new(SignedDuration::from_secs(1)).restore(bad_scope),
-            Err(MemoryError::BadScope(3))
-        );
-    }
-
-    #[test]
-    fn a_decode_error_does_not_quote_the_memory() {
-        // serde's own message would quote the offending value ("a-machine-name").
-        let e = decode(&gzip_json(
-            br#"{"v": 1, "m": [{"n": "ns", "m": 98765, "i": "a-machine-name"}]}"#,
-        ))
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("line 1"), "{e}");
-        assert!(!e.contains("a-machine-name") && !e.contains("98765"), "{e}");
-        let e = decode(&gzip_json(br#"{"v": "v-secret-ish"}"#))
-            .unwrap_err()
-            .to_string();
-        assert!(!e.contains("secret-ish"), "{e}");
-    }
-
-    fn gzip_json(json: &[u8]) -> Vec<u8> {
-        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        z.write_all(json).unwrap();
-        z.finish().unwrap()
-    }
-}
+mod tests;
