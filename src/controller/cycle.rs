@@ -176,6 +176,11 @@ impl Controller {
         &self.metrics
     }
 
+    /// The watch caches it reads (a test waits on them to know what the next step sees).
+    pub fn stores(&self) -> &Stores {
+        &self.stores
+    }
+
     /// Confirms `lease` before every write.
     pub fn leading_by(mut self, lease: Arc<LeaseGate>) -> Self {
         self.lease = lease;

@@ -14,6 +14,7 @@ use super::credentials::{self, Account};
 use super::cycle::Controller;
 use super::gather::Gathered;
 use crate::cloudstack::client::CloudStackClient;
+use crate::k8s::objects::MachineView;
 use crate::probe::probe_tick;
 use crate::probe::{Prober, ScopeHistories, StepOutcome};
 use crate::status::ProbeReport;
@@ -34,6 +35,28 @@ impl Probing {
     }
 }
 
+/// A VM's Machine as the probe knows it: which object, and its facts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Probed {
+    namespace: String,
+    name: String,
+    uid: Option<String>,
+    facts: MachineFacts,
+}
+
+/// `p` with the facts of its Machine as the watch has it now (`None`: gone, or replaced by
+/// another object of the same name). Between cycles the probe steps every second or so; a
+/// Machine that got its Node since the last cycle is not probed (nor its job read) in the
+/// meantime.
+fn refreshed(p: &Probed, now: Option<&MachineView>) -> Option<MachineFacts> {
+    let m = now.filter(|m| m.uid == p.uid)?;
+    Some(MachineFacts {
+        has_node: m.has_node_ref,
+        deleting: m.deleting,
+        unlinked_node: p.facts.unlinked_node.clone(),
+    })
+}
+
 /// The probe's state between cycles.
 #[derive(Default)]
 pub struct Probing {
@@ -41,8 +64,9 @@ pub struct Probing {
     /// credentials id and `verify-ssl` it was built with.
     prober: Option<(ProbeKey, Prober)>,
     /// Per VM id (a CloudStack UUID, so unique across scopes; the scope's histories say where
-    /// it is polled): the facts of the Machine it belongs to, as of the last cycle.
-    facts: HashMap<String, MachineFacts>,
+    /// it is polled): the Machine it belongs to and its facts, as of the last cycle and brought
+    /// up to date from the watch at every step ([`refreshed`]).
+    facts: HashMap<String, Probed>,
     /// Why the probe key cannot be used (no Secret values in it).
     problem: Option<String>,
 }
@@ -112,10 +136,15 @@ impl Controller {
             };
             self.probing.facts.insert(
                 id.clone(),
-                MachineFacts {
-                    has_node: t.machine.has_node_ref,
-                    deleting: t.machine.deleting,
-                    unlinked_node: None,
+                Probed {
+                    namespace: t.machine.namespace.clone(),
+                    name: t.machine.name.clone(),
+                    uid: t.machine.uid.clone(),
+                    facts: MachineFacts {
+                        has_node: t.machine.has_node_ref,
+                        deleting: t.machine.deleting,
+                        unlinked_node: None,
+                    },
                 },
             );
         }
@@ -126,6 +155,17 @@ impl Controller {
         let Some((_, prober)) = self.probing.prober.as_mut() else {
             return StepOutcome::default();
         };
+        let machines = &self.stores.machines;
+        self.probing.facts.retain(|_, p| {
+            let now = machines.get(&p.namespace, &p.name);
+            match refreshed(p, now.as_deref().map(|r| &*r.view)) {
+                Some(facts) => {
+                    p.facts = facts;
+                    true
+                }
+                None => false,
+            }
+        });
         let facts = &self.probing.facts;
         let mut covered: Vec<ScopeHistories<'_>> = Vec::new();
         for (key, scope) in self.scopes.iter_mut() {
@@ -137,7 +177,7 @@ impl Controller {
                 histories: &mut scope.polled.observer.histories,
             });
         }
-        let lookup = |vm: &str| facts.get(vm).cloned();
+        let lookup = |vm: &str| facts.get(vm).map(|p| p.facts.clone());
         let outcome = prober.step(&mut covered, &lookup, &self.graces, now).await;
         self.metrics.observe_probe(&prober.report());
         outcome
@@ -186,6 +226,44 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn probed() -> Probed {
+        Probed {
+            namespace: "ns".into(),
+            name: "m-1".into(),
+            uid: Some("uid-1".into()),
+            facts: MachineFacts {
+                unlinked_node: Some("w-1".into()),
+                ..MachineFacts::default()
+            },
+        }
+    }
+
+    fn view(uid: &str, has_node_ref: bool, deleting: bool) -> MachineView {
+        MachineView {
+            namespace: "ns".into(),
+            name: "m-1".into(),
+            uid: Some(uid.into()),
+            has_node_ref,
+            deleting,
+            ..MachineView::default()
+        }
+    }
+
+    #[test]
+    fn the_facts_follow_the_watched_machine_between_cycles() {
+        let p = probed();
+        let same = refreshed(&p, Some(&view("uid-1", false, false))).unwrap();
+        assert_eq!(same, p.facts);
+        let node = refreshed(&p, Some(&view("uid-1", true, false))).unwrap();
+        assert!(node.has_node && !node.deleting);
+        assert_eq!(node.unlinked_node.as_deref(), Some("w-1"));
+        let deleting = refreshed(&p, Some(&view("uid-1", false, true))).unwrap();
+        assert!(deleting.deleting);
+        // Gone, or another Machine of the same name: not this VM's Machine any more.
+        assert_eq!(refreshed(&p, None), None);
+        assert_eq!(refreshed(&p, Some(&view("uid-2", false, false))), None);
+    }
 
     #[test]
     fn ticks_follow_the_spacing_within_bounds() {

@@ -21,7 +21,8 @@ use crate::cloudstack::client::{AsyncJobState, CloudStackClient, DiagnosticsKind
 use crate::cloudstack::model::pick_router;
 use crate::status::ProbeReport;
 use crate::verdict::probe::{
-    assess_probe, following_up, probe_due, ProbeAnswer, ProbeAttempt, ProbeEvidence, ProbeNic,
+    assess_probe, following_up, probe_due, probe_wanted, ProbeAnswer, ProbeAttempt, ProbeEvidence,
+    ProbeNic,
 };
 use crate::verdict::{Graces, MachineFacts, VmHistory};
 
@@ -163,6 +164,7 @@ impl Prober {
             return outcome;
         }
         self.forget_old(graces, now);
+        self.abandon_unwanted(scopes, facts);
         self.collect(scopes, graces, now, &mut outcome).await;
         self.end_lost_attempts(scopes, graces, now, &mut outcome);
         if self.report.refused.is_none() {
@@ -170,6 +172,31 @@ impl Prober {
                 .await;
         }
         outcome
+    }
+
+    /// Stops following the jobs of VMs the probe no longer asks about: their Machine got its
+    /// Node, is being deleted or is gone since the job started ([`probe_wanted`]). Their answer
+    /// could change no verdict, so reading it (`queryAsyncJobResult` every step until the job
+    /// ends, then a `ping` retry) would be calls for nothing; the job ends on the router by
+    /// itself. The VM's history forgets the attempt, as it never finished.
+    fn abandon_unwanted(
+        &mut self,
+        scopes: &mut [ScopeHistories<'_>],
+        facts: &dyn Fn(&str) -> Option<MachineFacts>,
+    ) {
+        let (kept, dropped): (Vec<InFlight>, Vec<InFlight>) = std::mem::take(&mut self.in_flight)
+            .into_iter()
+            .partition(|f| facts(&f.vm_id).is_some_and(|m| probe_wanted(&m)));
+        self.in_flight = kept;
+        for f in dropped {
+            debug!(vm = %f.vm_id, router = %f.router,
+                "the Machine has a Node now (or is deleting, or is gone): its probe job is not followed");
+            if let Some(h) = history_mut(scopes, &f.scope, &f.vm_id) {
+                if h.probe.in_flight_since == Some(f.began) {
+                    h.probe.in_flight_since = None;
+                }
+            }
+        }
     }
 
     async fn collect(

@@ -93,3 +93,81 @@ async fn router_sightings_and_idle_budgets_do_not_pile_up() {
     assert!(prober.routers.is_empty());
     assert!(prober.started_per_scope.is_empty());
 }
+
+/// One step of a prober holding a job in flight for `vm-1` (started at `t0`, its history
+/// marking it so), with the Machine's `facts`: the history afterwards.
+async fn step_with_a_job_in_flight(
+    prober: &mut Prober,
+    facts: MachineFacts,
+) -> BTreeMap<String, Box<VmHistory>> {
+    let mut graces = Graces::default();
+    graces.probe = Some(crate::verdict::probe::ProbeGraces::from_stats_interval(
+        graces.stats_interval,
+    ));
+    let t0 = Timestamp::from_second(1_800_000_000).unwrap();
+    let vm: VirtualMachine = serde_json::from_value(serde_json::json!({
+        "id": "vm-1", "name": "w-1", "state": "Running", "hypervisor": "KVM"}))
+    .unwrap();
+    let mut h = VmHistory::new("vm-1");
+    h.record(PollOutcome::Seen(&vm), t0, &graces);
+    h.probe.started(t0);
+    prober.in_flight.push(InFlight {
+        scope: "s".into(),
+        vm_id: "vm-1".into(),
+        router_id: "r-1".into(),
+        router: "r-1-VM".into(),
+        nic: ProbeNic {
+            network_id: "net-1".into(),
+            address: std::net::Ipv4Addr::new(10, 1, 0, 5),
+            mac: None,
+        },
+        began: t0,
+        job_started: t0,
+        job: "job-1".into(),
+        kind: DiagnosticsKind::Arping,
+    });
+    let mut histories = BTreeMap::from([("vm-1".to_string(), Box::new(h))]);
+    let lookup = |id: &str| (id == "vm-1").then(|| facts.clone());
+    prober
+        .step(
+            &mut [ScopeHistories {
+                scope: "s",
+                histories: &mut histories,
+            }],
+            &lookup,
+            &graces,
+            t0 + SignedDuration::from_secs(1),
+        )
+        .await;
+    histories
+}
+
+#[tokio::test]
+async fn a_job_of_a_machine_that_got_its_node_is_not_read_again() {
+    // The control: a Machine without a Node has its job read (here the call fails: the
+    // client points nowhere, and the attempt ends without evidence).
+    let mut prober = Prober::new(nowhere(), ProbeLimits::default());
+    let histories = step_with_a_job_in_flight(&mut prober, MachineFacts::default()).await;
+    assert_eq!(prober.report().counts.no_evidence, 1, "the job was read");
+    assert_eq!(histories["vm-1"].probe.attempts.len(), 1);
+    // The Machine got its Node (or is deleting): the job is dropped unread, and the history
+    // forgets it.
+    for facts in [
+        MachineFacts {
+            has_node: true,
+            ..Default::default()
+        },
+        MachineFacts {
+            deleting: true,
+            ..Default::default()
+        },
+    ] {
+        let mut prober = Prober::new(nowhere(), ProbeLimits::default());
+        let histories = step_with_a_job_in_flight(&mut prober, facts.clone()).await;
+        let h = &histories["vm-1"];
+        assert_eq!(prober.report().counts.no_evidence, 0, "{facts:?}: read");
+        assert_eq!(prober.report().in_flight, 0, "{facts:?}");
+        assert_eq!(h.probe.in_flight_since, None, "{facts:?}");
+        assert!(h.probe.attempts.is_empty(), "{facts:?}: {:?}", h.probe);
+    }
+}

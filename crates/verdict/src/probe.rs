@@ -160,7 +160,7 @@ pub fn probe_due(
     now: Timestamp,
 ) -> Option<ProbeTarget> {
     let pg = g.probe.as_ref()?;
-    if machine.has_node || machine.deleting || h.last_error.is_some() || h.absent_polls > 0 {
+    if !probe_wanted(machine) || h.last_error.is_some() || h.absent_polls > 0 {
         return None;
     }
     let seen = h.sighting.as_ref()?;
@@ -193,6 +193,15 @@ pub fn probe_due(
         vm_id: h.vm_id.clone(),
         nic,
     })
+}
+
+/// Whether the probe has anything to learn about a Machine's VM: only while the Machine has
+/// no Node and is not being deleted. Once the Node is there its health is MHC's, and the
+/// verdict no longer reads the probe; a deleting Machine's VM is expected to go. An answer
+/// about any other VM — a job started before the Node appeared included — is a call for
+/// nothing.
+pub fn probe_wanted(machine: &MachineFacts) -> bool {
+    !machine.has_node && !machine.deleting
 }
 
 /// The latest attempt went unanswered and the run does not count yet: the next attempt is a
@@ -378,6 +387,27 @@ mod tests {
 
     fn no_node() -> MachineFacts {
         MachineFacts::default()
+    }
+
+    #[test]
+    fn only_a_machine_without_a_node_that_is_not_deleting_wants_the_probe() {
+        assert!(probe_wanted(&no_node()));
+        let node = MachineFacts {
+            has_node: true,
+            ..no_node()
+        };
+        assert!(!probe_wanted(&node));
+        let deleting = MachineFacts {
+            deleting: true,
+            ..no_node()
+        };
+        assert!(!probe_wanted(&deleting));
+        // An unlinked Node (no nodeRef yet) still leaves the Machine's VM to the probe.
+        let unlinked = MachineFacts {
+            unlinked_node: Some("w-1".into()),
+            ..no_node()
+        };
+        assert!(probe_wanted(&unlinked));
     }
 
     /// A guest that sent a little while booting (its counter rose once, at 30 s: seen alive)
