@@ -245,7 +245,9 @@ test-release:
 ## minutes): `promtool check rules` on the PrometheusRule's groups, `promtool test rules` (each alert
 ## fires on its trouble and stays silent on a benign series), and the metric names every rule and
 ## dashboard query names (PromQL parsed by Prometheus' parser) against hack/monitoring/testdata/
-## queried-metrics.txt, which tests/monitoring_metrics.rs finds in the shim's /metrics.
+## queried-metrics.txt, which tests/monitoring_metrics.rs finds in the shim's /metrics, and the labels
+## every alert selects on (`by`, `on`, matchers) against testdata/rule-labels.txt, which
+## tests/monitoring_metrics.rs and tests/alerts_kube.rs find on the series of a scrape.
 MONITORING_GO := cd hack/monitoring && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)
 MONITORING_BUILD := cd hack/monitoring && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(PROGRESS)
 PROMTOOL := $(CURDIR)/target/tools/promtool

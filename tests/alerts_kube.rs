@@ -125,23 +125,19 @@ impl Drop for Shim {
     }
 }
 
-/// The value of the sample of `name` whose labels include every `(label, value)` given;
-/// `None` when no such series is exported.
+/// The value of the one sample of `name` whose labels include every `(label, value)` given,
+/// values compared exactly (the exposition parsed, not searched); `None` when no such series is
+/// exported.
 fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (series, value) = l.rsplit_once(' ')?;
-        let rest = series.strip_prefix(name)?;
-        let set = match rest.strip_prefix('{') {
-            Some(inner) => inner.strip_suffix('}')?,
-            None if rest.is_empty() => "",
-            None => return None,
-        };
-        labels
-            .iter()
-            .all(|(k, v)| set.contains(&format!("{k}=\"{v}\"")))
-            .then(|| value.parse().ok())
-            .flatten()
-    })
+    metric_names::value(&metric_names::samples(text), name, labels)
+}
+
+/// The alerts' label uses of the metrics `keep` names.
+fn rules_of(keep: &dyn Fn(&str) -> bool) -> Vec<metric_names::RuleLabel> {
+    metric_names::rule_labels()
+        .into_iter()
+        .filter(|r| keep(&r.metric))
+        .collect()
 }
 
 async fn delete(f: &Fixture, r: &kube::core::ApiResource, name: &str) {
@@ -278,13 +274,27 @@ async fn a_cluster_deleted_with_its_vms_left_raises_the_orphan_metric_while_stat
         listed_at.duration_since(gone_at).as_secs_f64(),
         at.duration_since(listed_at).as_secs_f64()
     );
-    // The alert's expression: sum by (cluster, scope) > 0.
-    let total: f64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("capc_health_orphan_vms{") && l.contains(&cluster))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+    // The alert's expression, `sum by (cluster, scope) (capc_health_orphan_vms) > 0`: the
+    // labels it groups by are on every series of the scrape (hack/monitoring's list of them,
+    // from the PrometheusRule), and its sum for the deleted Cluster is above 0.
+    let scraped = metric_names::samples(&metrics);
+    let orphan_rules = rules_of(&|m| m == "capc_health_orphan_vms");
+    assert!(
+        orphan_rules.len() >= 2,
+        "the orphan alert groups by cluster and scope: {orphan_rules:?}"
+    );
+    let problems = metric_names::label_problems(&scraped, &orphan_rules, &|_| false);
+    assert!(problems.is_empty(), "{problems:#?}\n{metrics}");
+    let total: f64 = scraped
+        .iter()
+        .filter(|s| {
+            s.name == "capc_health_orphan_vms"
+                && s.labels.get("cluster") == Some(&cluster)
+                && s.labels.get("scope") == Some(&scope)
+        })
+        .map(|s| s.value)
         .sum();
-    assert!(total > 0.0);
+    assert_eq!(total, 2.0);
 
     // Destroyed by an operator: out of /status, and the series of the deleted Cluster goes.
     f.sim.with_world(|w| {
@@ -582,22 +592,39 @@ async fn every_alerts_series_is_set_by_the_running_shim_from_what_it_meets() {
         // Condition mode escalates nothing: the MachineHealthCheck acts on the condition.
         not_here.push("capc_health_escalations_total");
     }
+    // The labels the alerts select on (`by (cluster)`, `on (scope)`, `kind="unauthorized"`…,
+    // hack/monitoring's list of them from the PrometheusRule) against the series of the same
+    // scrape: each grouping label on every series of its metric, each matcher's value on some
+    // series exactly. (The orphan gauge's: the test above.)
+    let rules = rules_of(&|m| !not_here.contains(&m));
+    assert!(
+        rules.iter().any(|r| matches!(&r.label_use,
+            metric_names::LabelUse::Equals(l, v) if l == "kind" && v == "unauthorized")),
+        "the key-refused alert's matcher is in the list: {rules:?}"
+    );
     // m-err is annotated once past --escalation-delay: scraped until then, with a deadline.
     let until = Instant::now() + Duration::from_secs(30);
-    let missing = loop {
-        let exported = metric_names::exported(&leader.metrics().await.unwrap_or_default());
+    let (missing, problems, scrape) = loop {
+        let scrape = leader.metrics().await.unwrap_or_default();
+        let exported = metric_names::exported(&scrape);
         let missing: Vec<_> = metric_names::queried()
             .into_iter()
             .filter(|n| !exported.contains(n) && !not_here.contains(&n.as_str()))
             .collect();
-        if missing.is_empty() || Instant::now() > until {
-            break missing;
+        let problems =
+            metric_names::label_problems(&metric_names::samples(&scrape), &rules, &|_| false);
+        if (missing.is_empty() && problems.is_empty()) || Instant::now() > until {
+            break (missing, problems, scrape);
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert!(
         missing.is_empty(),
         "queried by deploy/components/monitoring, not on the running shim's /metrics: {missing:?}"
+    );
+    assert!(
+        problems.is_empty(),
+        "labels the alerts select on, not on the running shim's series: {problems:#?}\n{scrape}"
     );
 
     drop(follower);
@@ -614,12 +641,62 @@ async fn every_alerts_series_is_set_by_the_running_shim_from_what_it_meets() {
 }
 
 #[test]
-fn samples_are_found_by_name_and_labels() {
-    let text = "# TYPE a gauge\na{x=\"1\",y=\"p q\"} 2\na{x=\"3\"} 4\nab 5\nb 6\n";
+fn samples_are_found_by_name_and_exact_labels() {
+    let text = "# TYPE a gauge\na{x=\"1\",y=\"p q\"} 2\na{x=\"3\",z=\"a,b=\\\"c\\\"\"} 4\nab 5\nb 6\n# EOF\n";
     assert_eq!(sample(text, "a", &[("y", "p q")]), Some(2.0));
     assert_eq!(sample(text, "a", &[("x", "3")]), Some(4.0));
+    assert_eq!(sample(text, "a", &[("z", "a,b=\"c\"")]), Some(4.0));
     assert_eq!(sample(text, "a", &[("x", "9")]), None);
+    // Exact, not contained: "1" is not "10", nor "p" "p q".
+    assert_eq!(sample("a{x=\"10\"} 1\n", "a", &[("x", "1")]), None);
+    assert_eq!(sample(text, "a", &[("y", "p")]), None);
     assert_eq!(sample(text, "b", &[]), Some(6.0));
     assert_eq!(sample(text, "ab", &[]), Some(5.0));
     assert_eq!(sample(text, "c", &[]), None);
+}
+
+#[test]
+fn label_problems_name_what_a_scrape_lacks() {
+    use metric_names::{label_problems, samples, LabelUse, RuleLabel};
+    let rule = |metric: &str, label_use: LabelUse| RuleLabel {
+        alert: "A".into(),
+        metric: metric.into(),
+        label_use,
+    };
+    let rules = [
+        rule("up", LabelUse::Names("scope".into())),
+        rule(
+            "fail_total",
+            LabelUse::Equals("kind".into(), "unauthorized".into()),
+        ),
+        rule("leader", LabelUse::Names("namespace".into())),
+    ];
+    let good =
+        samples("up{scope=\"s1\"} 0\nfail_total{scope=\"s1\",kind=\"unauthorized\"} 2\nleader 1\n");
+    assert_eq!(
+        label_problems(&good, &rules, &|_| false),
+        Vec::<String>::new()
+    );
+    // A renamed label, a renamed value, a target label exported, a metric gone.
+    for (text, want) in [
+        (
+            "up{scop=\"s1\"} 0\nfail_total{kind=\"unauthorized\"} 1\nleader 1\n",
+            "series without scope",
+        ),
+        (
+            "up{scope=\"s1\"} 0\nfail_total{kind=\"unauthorised\"} 1\nleader 1\n",
+            "no series with kind=\"unauthorized\"",
+        ),
+        (
+            "up{scope=\"s1\"} 0\nfail_total{kind=\"unauthorized\"} 1\nleader{namespace=\"x\"} 1\n",
+            "target label",
+        ),
+        (
+            "fail_total{kind=\"unauthorized\"} 1\nleader 1\n",
+            "no series of up",
+        ),
+    ] {
+        let p = label_problems(&samples(text), &rules, &|_| false);
+        assert!(p.len() == 1 && p[0].contains(want), "{text}: {p:?}");
+    }
 }

@@ -1,7 +1,8 @@
 //! Every metric the alerts and the dashboard of deploy/components/monitoring query is one the
 //! shim exports: the shim's own /metrics endpoint (src/http over its Metrics) is scraped after
 //! every recorder the controller calls has recorded something (a family with no series is not
-//! printed at all), and each queried name must be among the samples. tests/run_binary.rs checks
+//! printed at all), and each queried name must be among the samples, each label an alert
+//! selects on on their series. tests/run_binary.rs checks
 //! the same names against a running shim's scrape, for the families its scenario fills.
 
 mod metric_names;
@@ -122,6 +123,16 @@ async fn every_metric_the_alerts_and_dashboard_query_is_on_the_shims_metrics_end
     assert!(
         missing.is_empty(),
         "queried by deploy/components/monitoring but not exported by the shim: {missing:?}\n{body}"
+    );
+    // The labels the alerts select on (hack/monitoring/testdata/rule-labels.txt): every series
+    // carries each label its alert groups or matches by, and a matcher's value is exported
+    // exactly as the rule spells it (`kind="unauthorized"`: the recorders were given an
+    // unauthorized poll). tests/alerts_kube.rs checks the same on the running shim's scrape.
+    let rules = metric_names::rule_labels();
+    let problems = metric_names::label_problems(&metric_names::samples(&body), &rules, &|_| false);
+    assert!(
+        problems.is_empty(),
+        "labels the alerts select on, not on the shim's series: {problems:#?}\n{body}"
     );
 }
 

@@ -228,3 +228,121 @@ func QueriedMetrics(rulePath, dashboardPath string) ([]string, error) {
 	sort.Strings(out)
 	return out, nil
 }
+
+// LabelUse is one label a rule's expression selects on, for one metric it reads: a name it
+// groups or matches by (`by (cluster)`, `on (scope)`: Value is empty, Op is "by" or "on"), or a
+// matcher of the selector (`kind="unauthorized"`: Op is the matcher's, `=`, `!=`, `=~`, `!~`).
+type LabelUse struct {
+	Metric string
+	Label  string
+	Op     string
+	Value  string
+}
+
+// String is the line testdata/rule-labels.txt holds: `metric by label`, `metric on label` or
+// `metric label="value"` (the value quoted as Go quotes it).
+func (u LabelUse) String() string {
+	if u.Op == "by" || u.Op == "on" {
+		return fmt.Sprintf("%s %s %s", u.Metric, u.Op, u.Label)
+	}
+	return fmt.Sprintf("%s %s%s%q", u.Metric, u.Label, u.Op, u.Value)
+}
+
+// selectorNames returns the metric names of every vector selector under n.
+func selectorNames(n parser.Node) []string {
+	var out []string
+	parser.Inspect(n, func(node parser.Node, _ []parser.Node) error {
+		if vs, ok := node.(*parser.VectorSelector); ok && vs.Name != "" {
+			out = append(out, vs.Name)
+		}
+		return nil
+	})
+	return out
+}
+
+// RuleLabels returns the labels an expression selects on, per metric: the grouping labels of
+// each aggregation (`by`; `without` is refused: what it keeps cannot be checked), the matching
+// labels of each binary operation (`on`; `ignoring` likewise refused) for the metrics of both
+// sides, and every label matcher of every selector (but `__name__`).
+func RuleLabels(expr string) ([]LabelUse, error) {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[LabelUse]bool{}
+	var bad error
+	parser.Inspect(e, func(node parser.Node, _ []parser.Node) error {
+		switch n := node.(type) {
+		case *parser.AggregateExpr:
+			if n.Without && len(n.Grouping) > 0 {
+				bad = fmt.Errorf("%s: `without` cannot be checked against a scrape", n)
+			}
+			if n.Without {
+				return nil
+			}
+			for _, m := range selectorNames(n.Expr) {
+				for _, l := range n.Grouping {
+					seen[LabelUse{Metric: m, Label: l, Op: "by"}] = true
+				}
+			}
+		case *parser.BinaryExpr:
+			vm := n.VectorMatching
+			if vm == nil || len(vm.MatchingLabels) == 0 {
+				return nil
+			}
+			if !vm.On {
+				bad = fmt.Errorf("%s: `ignoring` cannot be checked against a scrape", n)
+				return nil
+			}
+			for _, side := range []parser.Node{n.LHS, n.RHS} {
+				for _, m := range selectorNames(side) {
+					for _, l := range vm.MatchingLabels {
+						seen[LabelUse{Metric: m, Label: l, Op: "on"}] = true
+					}
+				}
+			}
+		case *parser.VectorSelector:
+			for _, lm := range n.LabelMatchers {
+				if lm.Name == "__name__" {
+					continue
+				}
+				seen[LabelUse{Metric: n.Name, Label: lm.Name, Op: lm.Type.String(), Value: lm.Value}] = true
+			}
+		}
+		return nil
+	})
+	if bad != nil {
+		return nil, bad
+	}
+	out := make([]LabelUse, 0, len(seen))
+	for u := range seen {
+		out = append(out, u)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out, nil
+}
+
+// RuleLabelLines returns testdata/rule-labels.txt's lines for every alert of the rule file:
+// `<alert> <LabelUse>`, sorted.
+func RuleLabelLines(rulePath string) ([]string, error) {
+	rule, err := os.ReadFile(rulePath)
+	if err != nil {
+		return nil, err
+	}
+	rules, err := RuleExprs(rule)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for name, q := range rules {
+		uses, err := RuleLabels(q)
+		if err != nil {
+			return nil, fmt.Errorf("alert %s: %v", name, err)
+		}
+		for _, u := range uses {
+			out = append(out, name+" "+u.String())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}

@@ -12,6 +12,8 @@ const (
 	ruleFile      = "../../deploy/components/monitoring/prometheusrule.yaml"
 	dashboardFile = "../../deploy/components/monitoring/dashboard.json"
 	queriedList   = "testdata/queried-metrics.txt"
+	// ruleLabelsList: the labels the alerts select on (TestRuleLabelsListIsCurrent).
+	ruleLabelsList = "testdata/rule-labels.txt"
 )
 
 // promtool is the one make test-monitoring builds from the Prometheus module (go.mod's version).
@@ -141,5 +143,46 @@ func TestMetricNamesParsesPromQLAndGrafanaVariables(t *testing.T) {
 	}
 	if _, err := MetricNames(`sum(rate(x[5m])`); err == nil {
 		t.Error("a query that does not parse must be refused")
+	}
+}
+
+// testdata/rule-labels.txt lists the labels every alert selects on, per metric (UPDATE=1
+// rewrites it); tests/alerts_kube.rs finds each on the running shim's /metrics series, and
+// tests/monitoring_metrics.rs on those of every recorder.
+func TestRuleLabelsListIsCurrent(t *testing.T) {
+	lines, err := RuleLabelLines(ruleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join(lines, "\n") + "\n"
+	if os.Getenv("UPDATE") == "1" {
+		if err := os.WriteFile(ruleLabelsList, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := os.ReadFile(ruleLabelsList)
+	if string(got) != want {
+		t.Fatalf("%s is stale (UPDATE=1 go test ./... rewrites it); the rules select on:\n%s", ruleLabelsList, want)
+	}
+}
+
+func TestRuleLabelsReadGroupingMatchingAndMatchers(t *testing.T) {
+	uses, err := RuleLabels(`(max by (scope) (a) == 0) unless on (scope) (sum by (scope, x) (increase(b_total{kind="unauthorized"}[30m])) > 0)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, u := range uses {
+		got = append(got, u.String())
+	}
+	want := `a by scope,a on scope,b_total by scope,b_total by x,b_total kind="unauthorized",b_total on scope`
+	if strings.Join(got, ",") != want {
+		t.Errorf("got  %s\nwant %s", strings.Join(got, ","), want)
+	}
+	if _, err := RuleLabels(`sum without (pod) (a)`); err == nil {
+		t.Error("`without` must be refused")
+	}
+	if _, err := RuleLabels(`a and ignoring (pod) b`); err == nil {
+		t.Error("`ignoring` must be refused")
 	}
 }
