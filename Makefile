@@ -155,6 +155,10 @@ bench: build apiserver-build e2e-build
 ## etcd + kube-apiserver per size holding 1 000 / 5 000 / 10 000 Machines: CPU s per poll cycle, peak RSS,
 ## settle time, API writes per steady cycle, /status latency → target/bench/controller.json, merged into
 ## report.json and section 4 of report.md; several minutes. It runs after `scale`, which rewrites the report.
+## The steady fleet also in 10 scopes (one project per cluster) at 1 000 and 10 000 (CAPC_BENCH_SCOPED_SIZES):
+## the controller's CloudStack calls per cycle in 1 and 10 scopes, beside CAPC's steady calls from
+## target/e2e/cloudstack-load.json, make section 1b (shim per Machine-hour and ÷ CAPC at 1 000 / 10 000
+## Machines; it fails when CAPC made no steady calls).
 ## CAPC_BENCH_BASELINE_SHIM=<older binary> measures that one too, same run: this ÷ baseline ratios.)
 
 ## make soak: issue 6 "Load", not part of `make bench` (~20 min): 10 000 Machines for an hour of simulated

@@ -72,6 +72,7 @@ pub async fn measure(n: usize, interval_secs: u64) -> Result<AnchorRow> {
         &ids,
         FleetKind::Steady,
         false,
+        &Vec::new(),
     )
     .await?;
     std::fs::create_dir_all(report::DIR)?;

@@ -1,8 +1,10 @@
 //! The fleet of the controller bench: an in-process `cloudstack-sim` holding N healthy VMs,
 //! and in the API server N Machines + CloudStackMachines (the shapes of
 //! `tests/kube_support`'s `Fixture`) over [`CLUSTERS`] clusters, each with its failure domain
-//! and MachineHealthCheck, all pointing at one endpoint Secret (one CloudStack scope). Plus a
-//! watch of the Machines that tracks the shim's condition on each.
+//! and MachineHealthCheck, all pointing at one endpoint Secret: one CloudStack scope, or one
+//! per project when the clusters' failure domains name projects ([`Projects`]: the VMs of
+//! cluster `c` in project `c % scopes`). Plus a watch of the Machines that tracks the shim's
+//! condition on each.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -71,24 +73,55 @@ fn cluster_name(i: usize) -> String {
     format!("c{}", i % CLUSTERS)
 }
 
+/// The CloudStack projects of a fleet in more than one scope: their ids, one per scope (none:
+/// one scope, no project). A failure domain names its project by id: a name cannot be sent as
+/// `projectid`, and the shim would list every project the key sees in each scope.
+pub type Projects = Vec<String>;
+
+/// The project (an index into [`Projects`]) of Machine `i`'s cluster.
+fn project_of(i: usize, projects: &Projects) -> Option<&String> {
+    (!projects.is_empty()).then(|| &projects[(i % CLUSTERS) % projects.len()])
+}
+
 /// The simulator: `n` Running healthy VMs `vm-<i>` (ids returned in order), stats every
-/// `stats_interval` s, real-time clock; the shim's account is of `account_type`.
+/// `stats_interval` s, real-time clock; the shim's account is of `account_type`. With
+/// `scopes` > 1, that many projects of the account hold the VMs (cluster `c`'s in project
+/// `c % scopes`).
 pub async fn simulator(
     n: usize,
     stats_interval: u64,
     account_type: &str,
-) -> Result<(Simulator, SimServer, Vec<String>)> {
+    scopes: usize,
+) -> Result<(Simulator, SimServer, Vec<String>, Projects)> {
     let ids: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let projects: Projects = if scopes > 1 {
+        (0..scopes)
+            .map(|_| uuid::Uuid::new_v4().to_string())
+            .collect()
+    } else {
+        Vec::new()
+    };
     let vms: Vec<Value> = ids
         .iter()
         .enumerate()
-        .map(|(i, id)| json!({"name": format!("vm-{i}"), "id": id, "guest": "healthy", "state": "Running"}))
+        .map(|(i, id)| {
+            let mut vm = json!({"name": format!("vm-{i}"), "id": id, "guest": "healthy", "state": "Running"});
+            if let Some(p) = project_of(i, &projects) {
+                vm["project"] = json!(project_name(p, &projects));
+            }
+            vm
+        })
+        .collect();
+    let project_objects: Vec<Value> = projects
+        .iter()
+        .map(|p| json!({"name": project_name(p, &projects), "id": p, "members": ["admin"]}))
         .collect();
     let scenario = json!({
         "settings": {"stats_interval_seconds": stats_interval, "boot_seconds": 1},
         "accounts": [{"name": "admin", "type": account_type, "api_key": SIM_KEY, "secret_key": SIM_SECRET}],
         "zones": [{"name": "zone-a", "id": ZONE_ID}],
         "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.0.0/16"}],
+        "projects": project_objects,
         "vms": vms,
     });
     let world = sim::parse_scenario(
@@ -101,7 +134,12 @@ pub async fn simulator(
     let simulator = Simulator::with_time_scale(world, 1.0);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let server = sim::serve(listener, simulator.clone()).await?;
-    Ok((simulator, server, ids))
+    Ok((simulator, server, ids, projects))
+}
+
+fn project_name(id: &str, projects: &Projects) -> String {
+    let i = projects.iter().position(|p| p == id).unwrap_or(0);
+    format!("scope-{i}")
 }
 
 pub struct Kube {
@@ -162,6 +200,7 @@ impl Kube {
         ids: &[String],
         kind: FleetKind,
         owners: bool,
+        projects: &Projects,
     ) -> Result<()> {
         let ar = |g: &str, v: &str, k: &str, p: &str| {
             ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), p)
@@ -179,10 +218,14 @@ impl Kube {
         for c in 0..CLUSTERS {
             let cluster = cluster_name(c);
             let fd = &r.failure_domain;
+            let mut fd_spec = json!({"name": "fd1", "zone": {"name": "zone-a", "id": ZONE_ID, "network": {"name": "capi-shared"}},
+                         "acsEndpoint": {"name": "acs", "namespace": NAMESPACE}});
+            if let Some(p) = project_of(c, projects) {
+                fd_spec["project"] = json!(p);
+            }
             self.create(fd, json!({"apiVersion": fd.api_version, "kind": "CloudStackFailureDomain",
                 "metadata": {"name": format!("{cluster}-fd1-hash"), "namespace": NAMESPACE, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
-                "spec": {"name": "fd1", "zone": {"name": "zone-a", "id": ZONE_ID, "network": {"name": "capi-shared"}},
-                         "acsEndpoint": {"name": "acs", "namespace": NAMESPACE}}})).await?;
+                "spec": fd_spec})).await?;
             self.create(
                 &r.cluster,
                 json!({"apiVersion": r.cluster.api_version, "kind": "Cluster",

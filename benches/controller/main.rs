@@ -18,7 +18,14 @@
 //! own `apiserver_request_total`, write verbs, Lease writes excluded — the shim runs without
 //! leader election, so those are the API server's), peak RSS (`VmHWM`) and `/status` latency
 //! over 50 GETs. → `target/bench/controller.json`, merged into `report.json` and section 4 of
-//! `report.md`.
+//! `report.md`. The steady fleet is also measured spread over [`SCOPED`] scopes (one CloudStack
+//! project per cluster, `CAPC_BENCH_SCOPED_SIZES`, keys ending in `_10_scopes`); the
+//! controller's CloudStack calls per cycle in 1 and 10 scopes at 1 000 and 10 000 Machines,
+//! beside CAPC's steady calls (`target/e2e/cloudstack-load.json`), make section 1b
+//! (`users_load.rs`).
+//!
+//! `CAPC_BENCH_CONTROLLER_PART=users-load`: section 1b alone, again, from the calls per cycle
+//! merged into `target/bench/report.json` and the current load file (seconds; nothing measured).
 //!
 //! Soak (`CAPC_BENCH_CONTROLLER_PART=soak`, `make soak`): 10 000 Machines; the shim reaches the
 //! API server through a latency-injecting TCP proxy (`proxy.rs`), cloudstack-sim throttles
@@ -37,6 +44,7 @@ mod phases;
 mod procs;
 mod proxy;
 mod report;
+mod users_load;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -52,6 +60,10 @@ use procs::{ApiServer, Shim};
 /// (`CAPC_BENCH_PROVISIONING_SIZES`); an empty variable measures none of that fleet.
 const DEFAULT_SIZES: [usize; 4] = [1_000, 5_000, 10_000, 30_000];
 const PROVISIONING_SIZES: [usize; 1] = [10_000];
+/// The steady fleet spread over this many scopes (one project each), at these sizes
+/// (`CAPC_BENCH_SCOPED_SIZES`): section 1b's controller in 10 scopes.
+const SCOPED: usize = 10;
+const SCOPED_SIZES: [usize; 2] = [1_000, 10_000];
 /// Poll interval of the cost part (and the simulator's stats interval).
 const COST_POLL_SECS: u64 = 5;
 /// Cycles after settling before the steady window, and the window.
@@ -153,12 +165,14 @@ async fn setup(
     stats_interval: u64,
     account_type: &str,
     kind: FleetKind,
+    scopes: usize,
 ) -> Result<Setup> {
     let t = Instant::now();
     let api = ApiServer::start(dir).await?;
     let kube = Kube::connect(&api.kubeconfig).await?;
-    let (_sim, sim_server, ids) = fleet::simulator(n, stats_interval, account_type).await?;
-    kube.populate(&sim_server.api_url(), &ids, kind, true)
+    let (_sim, sim_server, ids, projects) =
+        fleet::simulator(n, stats_interval, account_type, scopes).await?;
+    kube.populate(&sim_server.api_url(), &ids, kind, true, &projects)
         .await?;
     let (verdicts, watch) = fleet::watch_verdicts(&kube);
     Ok(Setup {
@@ -231,6 +245,8 @@ async fn wait_cycles(
 struct CostRow {
     machines: usize,
     fleet: FleetKind,
+    /// CloudStack scopes the Machines are spread over (one project each beyond one).
+    scopes: usize,
     /// "this" (the build under test), "no-orphans" / "no-remnants" (the same build with
     /// `--no-orphan-report` / `--no-remnant-report`) or "baseline" (`CAPC_BENCH_BASELINE_SHIM`).
     build: &'static str,
@@ -268,13 +284,22 @@ struct CostRow {
 async fn measure_cost(
     n: usize,
     fleet: FleetKind,
+    scopes: usize,
     build: &'static str,
     shim_binary: &Path,
     extra: &[&str],
 ) -> Result<CostRow> {
     let http = http();
     let load_start = loadavg();
-    let s = setup(n, "target/apiserver-bench", COST_POLL_SECS, "Admin", fleet).await?;
+    let s = setup(
+        n,
+        "target/apiserver-bench",
+        COST_POLL_SECS,
+        "Admin",
+        fleet,
+        scopes,
+    )
+    .await?;
     eprintln!(
         "  {n}: set-up (API server + {n} Machines + CloudStackMachines) {:.1} s",
         s.setup_seconds
@@ -293,8 +318,11 @@ async fn measure_cost(
     .chain(extra)
     .map(|a| a.to_string())
     .collect();
-    let log =
-        Path::new(report::DIR).join(format!("controller-shim-{n}-{}-{build}.log", fleet.name()));
+    let log = Path::new(report::DIR).join(format!(
+        "controller-shim-{n}-{}{}-{build}.log",
+        fleet.name(),
+        scopes_suffix(scopes)
+    ));
     std::fs::create_dir_all(report::DIR)?;
     let t0 = Instant::now();
     let mut shim = Shim::spawn(shim_binary, &s.api.kubeconfig, &args, &log)?;
@@ -381,13 +409,16 @@ async fn measure_cost(
     let steady_writes = procs::delta(&w0, &w1);
     let poll_sum =
         |m: &str| procs::sum_metric(m, "capc_health_poll_duration_seconds_sum", |_| true);
-    let poll_count = procs::cycles(&m1) - procs::cycles(&m0);
+    // Calls per cycle over whole cycles (one cycle polls every scope); the poll time per scope
+    // poll.
+    let poll_count = procs::scope_polls(&m1) - procs::scope_polls(&m0);
+    let cycle_count = procs::cycles(&m1) - procs::cycles(&m0);
     let calls = |m: &str| procs::sum_metric(m, "capc_health_cloudstack_calls_total", |_| true);
-    let calls_per_cycle = (calls(&m1) - calls(&m0)) / poll_count.max(1.0);
+    let calls_per_cycle = (calls(&m1) - calls(&m0)) / cycle_count.max(1.0);
     let calls_by_command: String =
         procs::delta(&procs::calls_by_command(&m0), &procs::calls_by_command(&m1))
             .iter()
-            .map(|(c, n)| format!("{c} {:.1}", n / poll_count.max(1.0)))
+            .map(|(c, n)| format!("{c} {:.1}", n / cycle_count.max(1.0)))
             .collect::<Vec<_>>()
             .join(", ");
 
@@ -440,6 +471,7 @@ async fn measure_cost(
         build,
         machines: n,
         fleet,
+        scopes,
         setup_seconds: s.setup_seconds,
         settle_seconds,
         healthy_seconds,
@@ -491,6 +523,15 @@ fn key_suffix(fleet: FleetKind) -> &'static str {
     }
 }
 
+/// One scope keeps the keys of the reports from before scopes; more end in `_<S>_scopes`.
+fn scopes_suffix(scopes: usize) -> String {
+    if scopes > 1 {
+        format!("_{scopes}_scopes")
+    } else {
+        String::new()
+    }
+}
+
 /// The CAPI core rows beside this build's steady rows of the same size.
 fn anchor_report(
     rows: &[CostRow],
@@ -514,7 +555,10 @@ fn anchor_report(
     );
     for a in anchors {
         let shim = rows.iter().find(|r| {
-            r.build == "this" && r.fleet == FleetKind::Steady && r.machines == a.machines
+            r.build == "this"
+                && r.fleet == FleetKind::Steady
+                && r.scopes == 1
+                && r.machines == a.machines
         });
         let ratio_rss = shim.map_or(f64::NAN, |r| ratio(r.rss_peak_mib, a.rss_peak_mib));
         if let Some(r) = shim {
@@ -558,7 +602,8 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
         "## 4. Controller cost (real kube-apiserver)\n\n\
          `capc-health-shim run` (release build, a child process) against a real etcd + kube-apiserver \
          v1.34 (CAPI 1.9 CRDs, fresh per size) holding N Machines + CloudStackMachines over {} clusters \
-         (one failure domain and MHC each, one endpoint Secret: one CloudStack scope) and an in-process \
+         (one failure domain and MHC each, one endpoint Secret: one CloudStack scope; in the rows of \
+         {SCOPED} scopes each cluster's failure domain names a project of its own) and an in-process \
          cloudstack-sim with N healthy Running VMs. Poll interval {COST_POLL_SECS} s, default rate limit \
          (5 requests/s: 2–20 pages of 500 per cycle). Settle: from process start (cold: initial LIST + \
          WATCH, first poll, a condition write per Machine) until the bench's own watch sees the \
@@ -567,13 +612,14 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
          cycle without a write (\
          at most {MAX_WARM_CYCLES} cycles), then a steady window of {STEADY_CYCLES} \
          cycles: CPU = utime+stime of the shim process ÷ cycles (cycles = \
-         `capc_health_poll_duration_seconds_count`); writes = the API server's own \
+         `capc_health_cycle_duration_seconds_count`; CloudStack calls ÷ the same cycles, poll s per \
+         scope poll); writes = the API server's own \
          `apiserver_request_total` for POST/PUT/PATCH/APPLY/DELETE, Lease writes excluded (the shim runs \
          without leader election here; those are the API server's own leases); peak RSS = `VmHWM`; \
          `/status` = {STATUS_GETS} sequential GETs of the full document. Wall clock, 2 shared cores: the \
          load average (1/5/15 min, start → end) is in the last column. {source}.\n\n\
-         | Machines | fleet | build | CPU s/cycle | peak RSS MiB | RSS MiB steady | settle s | all VMHealthy s | quiet s | CPU s to settle | writes until all VMHealthy | writes/cycle steady | /status p50 ms | /status p99 ms | /status KiB | CloudStack calls/cycle | poll s (mean) | kube-apiserver CPU s/cycle | set-up s | verdicts | load avg |\n\
-         |---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
+         | Machines | fleet | scopes | build | CPU s/cycle | peak RSS MiB | RSS MiB steady | settle s | all VMHealthy s | quiet s | CPU s to settle | writes until all VMHealthy | writes/cycle steady | /status p50 ms | /status p99 ms | /status KiB | CloudStack calls/cycle | poll s (mean) | kube-apiserver CPU s/cycle | set-up s | verdicts | load avg |\n\
+         |---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
         fleet::CLUSTERS
     );
     for r in rows {
@@ -581,7 +627,7 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
             "this" => String::new(),
             other => format!("{}_", other.replace('-', "_")),
         };
-        let suffix = key_suffix(r.fleet);
+        let suffix = format!("{}{}", key_suffix(r.fleet), scopes_suffix(r.scopes));
         let k = |name: &str| format!("{prefix}{name}_{}_machines{suffix}", r.machines);
         v.insert(k("cpu_seconds_per_cycle"), r.cpu_seconds_per_cycle);
         v.insert(k("rss_mib"), r.rss_peak_mib);
@@ -613,9 +659,10 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
         v.insert(k("setup_seconds"), r.setup_seconds);
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {:.3} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {:.2} | {:.1} | {:.1} | {:.0} | {:.0} | {:.2} | {:.3} | {:.0} | {} | {} |",
+            "| {} | {} | {} | {} | {:.3} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.0} | {:.2} | {:.1} | {:.1} | {:.0} | {:.1} | {:.2} | {:.3} | {:.0} | {} | {} |",
             r.machines,
             r.fleet.name(),
+            r.scopes,
             r.build,
             r.cpu_seconds_per_cycle,
             r.rss_peak_mib,
@@ -639,7 +686,7 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
     }
     let baselines: Vec<(&CostRow, &CostRow)> = rows
         .iter()
-        .filter(|r| r.build == "this")
+        .filter(|r| r.build == "this" && r.scopes == 1)
         .filter_map(|r| {
             let b = rows.iter().find(|b| {
                 b.build == "baseline" && b.machines == r.machines && b.fleet == r.fleet
@@ -696,7 +743,7 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
         with_and_without(rows, without, what, flag, key_word, &mut md, &mut v);
     }
     for fleet in [FleetKind::Steady, FleetKind::Provisioning] {
-        let this = |r: &&CostRow| r.build == "this" && r.fleet == fleet;
+        let this = |r: &&CostRow| r.build == "this" && r.fleet == fleet && r.scopes == 1;
         let Some(base) = rows.iter().filter(this).find(|r| r.machines == 1_000) else {
             continue;
         };
@@ -769,10 +816,11 @@ fn cost_report(rows: &[CostRow], wall: f64, source: &str) -> (BTreeMap<String, f
             .collect();
         let _ = writeln!(
             md,
-            "- {} Machines ({}, {} fleet), {:.0} cycles: {}; condition changes seen by the watch: {:.0}; CloudStack calls per cycle: {}",
+            "- {} Machines ({}, {} fleet, {} scope(s)), {:.0} cycles: {}; condition changes seen by the watch: {:.0}; CloudStack calls per cycle: {}",
             r.machines,
             r.build,
             r.fleet.name(),
+            r.scopes,
             r.steady_cycles,
             if w.is_empty() {
                 "none".to_string()
@@ -835,20 +883,28 @@ async fn run_cost() -> Result<()> {
         }
         builds.push(("baseline", baseline.into(), &[]));
     }
-    let runs = steady_sizes.iter().map(|&n| (n, FleetKind::Steady)).chain(
-        provisioning_sizes
-            .iter()
-            .map(|&n| (n, FleetKind::Provisioning)),
-    );
+    // The steady fleet in SCOPED scopes (one project each) at these sizes, this build only:
+    // the controller's CloudStack calls per cycle for section 1b (`CAPC_BENCH_SCOPED_SIZES`).
+    let scoped_sizes = sizes_from("CAPC_BENCH_SCOPED_SIZES", &SCOPED_SIZES);
+    let runs = steady_sizes
+        .iter()
+        .map(|&n| (n, FleetKind::Steady, 1))
+        .chain(
+            provisioning_sizes
+                .iter()
+                .map(|&n| (n, FleetKind::Provisioning, 1)),
+        )
+        .chain(scoped_sizes.iter().map(|&n| (n, FleetKind::Steady, SCOPED)));
     let mut rows = Vec::new();
-    for (n, fleet, (build, binary, extra)) in runs
-        .flat_map(|(n, fleet)| builds.iter().map(move |b| (n, fleet, b)))
-        .filter(|(n, _, (build, ..))| *build != "no-orphans" || orphan_sizes.contains(n))
-        .filter(|(n, _, (build, ..))| *build != "no-remnants" || remnant_sizes.contains(n))
-        .filter(|(n, _, (build, ..))| *build != "baseline" || baseline_sizes.contains(n))
+    for (n, fleet, scopes, (build, binary, extra)) in runs
+        .flat_map(|(n, fleet, scopes)| builds.iter().map(move |b| (n, fleet, scopes, b)))
+        .filter(|(_, _, scopes, (build, ..))| *scopes == 1 || *build == "this")
+        .filter(|(n, _, _, (build, ..))| *build != "no-orphans" || orphan_sizes.contains(n))
+        .filter(|(n, _, _, (build, ..))| *build != "no-remnants" || remnant_sizes.contains(n))
+        .filter(|(n, _, _, (build, ..))| *build != "baseline" || baseline_sizes.contains(n))
     {
         let t = Instant::now();
-        match measure_cost(n, fleet, build, binary, extra).await {
+        match measure_cost(n, fleet, scopes, build, binary, extra).await {
             Ok(r) => {
                 eprintln!(
                     "controller ({build}, {} fleet): {n} Machines: {:.3} CPU s/cycle, peak RSS {:.1} MiB, settle {:.1} s, \
@@ -867,7 +923,7 @@ async fn run_cost() -> Result<()> {
                 rows.push(r);
             }
             Err(e) => eprintln!(
-                "controller ({build}, {} fleet): {n} Machines skipped: {e:#}",
+                "controller ({build}, {} fleet, {scopes} scope(s)): {n} Machines skipped: {e:#}",
                 fleet.name()
             ),
         }
@@ -900,6 +956,24 @@ async fn run_cost() -> Result<()> {
     let (mut values, mut md) = cost_report(&rows, started.elapsed().as_secs_f64(), &source);
     anchor_report(&rows, &anchors, &mut values, &mut md);
     report::write_and_merge("controller.json", &values, "## 4. Controller cost", &md)?;
+    // Section 1b: the CloudStack load at 1 000 and 10 000 Machines from these rows.
+    let measured: Vec<cloudstack_sim::load::ControllerCalls> = rows
+        .iter()
+        .filter(|r| r.build == "this" && r.fleet == FleetKind::Steady)
+        .map(|r| cloudstack_sim::load::ControllerCalls {
+            machines: r.machines as u64,
+            scopes: r.scopes as u64,
+            calls_per_cycle: r.calls_per_cycle,
+        })
+        .collect();
+    let (values, section) = users_load::section(&measured, SCOPED as u64)?;
+    report::write_and_merge(
+        "controller-users-load.json",
+        &values,
+        users_load::HEADING,
+        &section,
+    )?;
+    println!("{section}");
     println!("{md}\nwritten to target/bench/controller.json, report.json and report.md");
     Ok(())
 }
@@ -925,6 +999,7 @@ async fn run_soak() -> Result<bool> {
         stats_interval,
         "User",
         FleetKind::Provisioning,
+        1,
     )
     .await?;
     eprintln!("soak: set-up {n} Machines in {:.1} s", s.setup_seconds);
@@ -1204,6 +1279,15 @@ async fn run(part: &str) -> bool {
             phases::run(&DEFAULT_SIZES);
             true
         }
+        // Section 1b again from the calls per cycle of the last cost run (controller.json) and
+        // the current load file: after `make e2e-load`, or after `scale` rewrote the report.
+        "users-load" => match users_load::again(SCOPED as u64) {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!("section 1b failed: {e:#}");
+                false
+            }
+        },
         "soak" => match run_soak().await {
             Ok(correct) => correct,
             Err(e) => {
@@ -1261,7 +1345,7 @@ fn with_and_without(
 ) {
     let pairs: Vec<(&CostRow, &CostRow)> = rows
         .iter()
-        .filter(|r| r.build == "this")
+        .filter(|r| r.build == "this" && r.scopes == 1)
         .filter_map(|r| {
             let b = rows
                 .iter()

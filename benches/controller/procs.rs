@@ -339,9 +339,17 @@ pub async fn shim_metrics(http: &reqwest::Client, addr: &str) -> Option<String> 
         .ok()
 }
 
-/// Poll cycles the shim has completed: the count of `capc_health_poll_duration_seconds` (one
-/// observation per scope per cycle; the benches use one scope).
+/// Poll cycles the shim has completed: the count of `capc_health_cycle_duration_seconds` (one
+/// observation per cycle, however many scopes it polls).
 pub fn cycles(metrics: &str) -> f64 {
+    sum_metric(metrics, "capc_health_cycle_duration_seconds_count", |_| {
+        true
+    })
+}
+
+/// Scope polls the shim has completed: the count of `capc_health_poll_duration_seconds` (one
+/// observation per scope per cycle).
+pub fn scope_polls(metrics: &str) -> f64 {
     sum_metric(metrics, "capc_health_poll_duration_seconds_count", |_| true)
 }
 

@@ -2,7 +2,8 @@
 //! simulator (every HTTP request it answered, by command), next to a per-Machine poller: CAPC's
 //! retired state checker at its 5 s interval. That checker is not registered in CAPC v0.6.1, so
 //! it is not what users run; `users_load.rs` compares with what they run (CAPC's own calls,
-//! counted per key by the e2e), and uses this part's shim figures for its fleet sizes.
+//! counted per key by the e2e), and section 1b (benches/controller) extrapolates them to fleet
+//! sizes with the controller's own calls per cycle.
 
 use capc_health_shim::cloudstack::model::VirtualMachine;
 use futures::stream::{self, StreamExt};

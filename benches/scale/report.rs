@@ -154,8 +154,8 @@ impl Report {
              the shim's {SHIM_INTERVAL_SECS} s. Calls counted by cloudstack-sim (every HTTP request it \
              answered). The shim polls each scope every {SHIM_INTERVAL_SECS} s (its default) with one \
              paginated listing. Floor: one page per {PAGE_SIZE} VMs per scope per interval. Healthy \
-             fleet, simulated time. Section 1 uses the shim columns of this table at 1 000 and \
-             10 000 VMs.\n\n\
+             fleet, simulated time. (`check`'s poller, not the controller: section 1b takes the \
+             controller's own calls per cycle at 1 000 and 10 000 Machines.)\n\n\
              | VMs | scopes | shim calls/cycle | floor calls/cycle | shim ÷ floor | shim calls/machine-hour | retired checker calls/5 s | retired checker calls/machine-hour | retired checker ÷ shim |\n\
              |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
         );

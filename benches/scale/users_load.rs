@@ -3,23 +3,21 @@
 //! `--sync-period`; the question is what the shim (and its guest probe) adds to that. The e2e
 //! (`make e2e-load`, `TestCloudStackLoad`) counts each key's calls, `vm_stats` rows and async
 //! jobs from cloudstack-sim's per-account accounting and writes `target/e2e/cloudstack-load.json`;
-//! this section turns it into rates per Machine-hour and extrapolates them to 1 000 and 10 000
-//! Machines (the arithmetic is `cloudstack_sim::load`, unit-tested there). Without that file it
-//! says so and shows nothing.
+//! this section turns it into rates per Machine-hour (the arithmetic is `cloudstack_sim::load`,
+//! unit-tested there), and fails when CAPC made no steady calls (every share is relative to
+//! them). The calls at 1 000 and 10 000 Machines are section 1b's, written by the controller
+//! part from the controller's measured calls per cycle; this part holds its place. Without the
+//! file it says so and shows nothing.
 
 use std::fmt::Write as _;
 
 use cloudstack_sim::load::{
-    fleet_calls, per_hour_for_machines, FleetCalls, Key, LoadFile, Measure, Phase, ShimSource,
-    Stack, LOAD_COMMAND,
+    capc_steady_calls, per_hour_for_machines, Key, LoadFile, Measure, Phase, Stack,
+    CONTROLLER_SECTION_HEADING, FLEET_SIZES, LOAD_COMMAND,
 };
 
-use crate::fleet::SHIM_INTERVAL_SECS;
 use crate::load::LoadRow;
 use crate::report::Report;
-
-/// Fleet sizes of the extrapolation.
-pub const FLEET_SIZES: [u64; 2] = [1_000, 10_000];
 
 const HEADING: &str = "## 1. CloudStack load against what users run\n\n";
 
@@ -106,6 +104,7 @@ impl Report {
                     "{HEADING}No figures: `{path}` does not exist (`{LOAD_COMMAND}` writes it: CAPC's, \
                      the shim's and the probe's CloudStack calls counted per key in the e2e).\n"
                 ));
+                self.push_controller_placeholder();
                 return;
             }
         };
@@ -115,9 +114,15 @@ impl Report {
                 self.push_section(format!(
                     "{HEADING}No figures: `{path}` cannot be read ({e}); `{LOAD_COMMAND}` writes it.\n"
                 ));
+                self.push_controller_placeholder();
                 return;
             }
         };
+        // Every share below is relative to CAPC's steady calls: without them the bench fails
+        // rather than leave the percentages out.
+        if let Err(e) = capc_steady_calls(&f) {
+            panic!("section 1 from `{path}`: {e}");
+        }
         let steady = f.stack(Phase::Steady);
         let prov = f.stack(Phase::Provisioning);
         for p in Phase::ALL {
@@ -259,80 +264,14 @@ impl Report {
             let _ = writeln!(md, "\nThe e2e's note: {}", f.note);
         }
 
-        // The extrapolation.
-        let _ = writeln!(
-            md,
-            "\n### At 1 000 and 10 000 Machines\n\n\
-             As if N Machines were in that phase for an hour. Formula, calls per hour at N Machines:\n\n\
-             - CAPC = CAPC's calls per Machine-hour × N (its reconcilers call CloudStack per Machine);\n\
-             - probe = the probe's calls per Machine-hour × N (it probes Machines without a Node);\n\
-             - shim, steady = section 1a's measured calls per cycle at N VMs in 1 scope × 3600 ÷ \
-             {SHIM_INTERVAL_SECS} s (its listing grows with pages of 500 VMs per scope, not with \
-             Machines); where 1a has no row for N, and during provisioning (1a measures a healthy \
-             fleet), the shim's calls per Machine-hour × N instead, which overstates it (\"per \
-             Machine-hour × N\" in the source column).\n\n\
-             | Machines | window | CAPC calls/h | shim calls/h | shim source | probe calls/h | shim ÷ CAPC | shim + probe ÷ CAPC |\n\
-             |---:|---|---:|---:|---|---:|---:|---:|"
-        );
-        for n in FLEET_SIZES {
-            for p in Phase::ALL {
-                let st = f.stack(p);
-                let measured = rows
-                    .iter()
-                    .find(|r| r.vms as u64 == n && r.scopes == 1)
-                    .filter(|_| p == Phase::Steady);
-                let source = match measured {
-                    Some(r) => ShimSource::Measured {
-                        calls_per_cycle: r.shim_calls_per_cycle,
-                        interval_seconds: SHIM_INTERVAL_SECS as f64,
-                    },
-                    None => ShimSource::PerMachineHour,
-                };
-                let fc: FleetCalls = fleet_calls(&st, n, source);
-                let ph = p.as_str();
-                for (k, v) in [
-                    (Key::Capc, fc.capc),
-                    (Key::Shim, fc.shim),
-                    (Key::ShimProbe, fc.probe),
-                ] {
-                    self.set(
-                        &format!("cloudstack_calls_per_hour_{}_{ph}_{n}_machines", k.as_str()),
-                        v,
-                    );
-                }
-                if let Some(x) = fc.shim_percent() {
-                    self.set(
-                        &format!("shim_added_cloudstack_calls_percent_of_capc_{ph}_{n}_machines"),
-                        x,
-                    );
-                }
-                if let Some(x) = fc.shim_and_probe_percent() {
-                    self.set(
-                        &format!(
-                            "shim_and_probe_added_cloudstack_calls_percent_of_capc_{ph}_{n}_machines"
-                        ),
-                        x,
-                    );
-                }
-                let src = match source {
-                    ShimSource::Measured {
-                        calls_per_cycle, ..
-                    } => format!("measured: {} calls/cycle (1a)", num(calls_per_cycle)),
-                    ShimSource::PerMachineHour => "per Machine-hour × N".to_string(),
-                };
-                let _ = writeln!(
-                    md,
-                    "| {n} | {ph} | {} | {} | {src} | {} | {} | {} |",
-                    num(fc.capc),
-                    num(fc.shim),
-                    num(fc.probe),
-                    pct(fc.shim_percent()),
-                    pct(fc.shim_and_probe_percent())
-                );
-            }
-        }
+        // The extrapolation of calls is section 1b's, from the controller's measured calls per
+        // cycle (benches/controller); until that part runs, its place says so.
         md.push_str(
-            "\n`vm_stats` rows and async jobs per hour at N Machines, per Machine-hour × N for every \
+            "\nCalls at 1 000 and 10 000 Machines: section 1b, from the controller users run \
+             (`make bench`'s controller part measures its calls per cycle in 1 and 10 scopes).",
+        );
+        md.push_str(
+            "\n\n`vm_stats` rows and async jobs per hour at N Machines, per Machine-hour × N for every \
              key (the shim reads rows only for Machines without a Node, the probe queues jobs only \
              for them, so both grow with Machines):\n\n\
              | Machines | window | CAPC rows/h | shim + probe rows/h | CAPC jobs/h | shim + probe jobs/h |\n\
@@ -354,6 +293,16 @@ impl Report {
             }
         }
         self.push_section(md);
+        self.push_controller_placeholder();
+    }
+
+    /// Section 1b's place, until the controller part (benches/controller) writes it there.
+    fn push_controller_placeholder(&mut self) {
+        self.push_section(format!(
+            "{CONTROLLER_SECTION_HEADING}\n\nNot measured yet: `make bench`'s controller part \
+             (`cargo bench --bench controller`) measures the controller's CloudStack calls per \
+             cycle at 1 000 and 10 000 Machines in 1 and 10 scopes and writes this section.\n"
+        ));
     }
 }
 

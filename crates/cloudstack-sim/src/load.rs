@@ -15,6 +15,13 @@ use serde::{Deserialize, Deserializer};
 pub const LOAD_FILE: &str = "target/e2e/cloudstack-load.json";
 /// What produces [`LOAD_FILE`].
 pub const LOAD_COMMAND: &str = "make e2e-load";
+/// The heading of `make bench`'s report section that extrapolates [`LOAD_FILE`] with the
+/// controller's measured calls per cycle: written by the controller part (benches/controller),
+/// held in place by the scale part (benches/scale) until then.
+pub const CONTROLLER_SECTION_HEADING: &str =
+    "## 1b. CloudStack load at 1 000 and 10 000 Machines, from the controller";
+/// Fleet sizes of that extrapolation.
+pub const FLEET_SIZES: [u64; 2] = [1_000, 10_000];
 
 /// One key's counts over one window.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -338,6 +345,93 @@ pub fn fleet_calls(stack: &Stack, machines: u64, source: ShimSource) -> FleetCal
     }
 }
 
+/// The base of every share of CAPC's load: CAPC's steady calls per Machine-hour. An error when
+/// CAPC made none — every percentage would be undefined, and a report that silently left them
+/// out would read as if the shim added nothing.
+pub fn capc_steady_calls(f: &LoadFile) -> Result<f64, String> {
+    let w = f.window(Phase::Steady);
+    let calls = f.counts(Key::Capc, Phase::Steady).map_or(0.0, |c| c.calls);
+    let rate = f.rates(Key::Capc, Phase::Steady).calls;
+    if calls > 0.0 && rate.is_finite() && rate > 0.0 {
+        Ok(rate)
+    } else {
+        Err(format!(
+            "CAPC's key made {calls} CloudStack calls in the steady window ({:.0} s real, {:.3} \
+             Machine-hours): no base for the shim's share; `{LOAD_COMMAND}` must count CAPC at work",
+            w.real_seconds, w.machine_hours
+        ))
+    }
+}
+
+/// The controller's CloudStack calls per poll cycle at a fleet size and scope count, measured
+/// by `make bench`'s controller part (the release `capc-health-shim run` against a real
+/// kube-apiserver, every Machine with its Node).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ControllerCalls {
+    pub machines: u64,
+    pub scopes: u64,
+    pub calls_per_cycle: f64,
+}
+
+/// One row of the extrapolation: `scopes` scopes, one phase.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FleetRow {
+    pub scopes: u64,
+    pub phase: Phase,
+    pub calls: FleetCalls,
+}
+
+/// A report key of the extrapolation: `<base>_<phase>_<N>_machines`, and `_<S>_scopes` after
+/// it for more than one scope (the keys of one scope are those of the reports before scopes).
+pub fn fleet_key(base: &str, phase: Phase, machines: u64, scopes: u64) -> String {
+    let k = format!("{base}_{}_{machines}_machines", phase.as_str());
+    if scopes > 1 {
+        format!("{k}_{scopes}_scopes")
+    } else {
+        k
+    }
+}
+
+/// The extrapolation to every size × scope count × phase. Steady: the shim from the
+/// controller's measured calls per cycle at that size and scope count, at `interval_seconds`
+/// (the shim's default poll interval; its listing grows with pages of 500 VMs per scope, not
+/// with Machines), CAPC and the probe per Machine-hour × N. Provisioning, and a steady row the
+/// controller part did not measure: per Machine-hour × N (an upper bound for the shim).
+/// Refused when CAPC made no steady calls ([`capc_steady_calls`]).
+pub fn controller_fleet_rows(
+    f: &LoadFile,
+    measured: &[ControllerCalls],
+    sizes: &[u64],
+    scopes: &[u64],
+    interval_seconds: f64,
+) -> Result<Vec<FleetRow>, String> {
+    capc_steady_calls(f)?;
+    let mut rows = Vec::new();
+    for &n in sizes {
+        for &s in scopes {
+            for phase in Phase::ALL {
+                let m = measured
+                    .iter()
+                    .find(|m| m.machines == n && m.scopes == s)
+                    .filter(|_| phase == Phase::Steady);
+                let source = match m {
+                    Some(m) => ShimSource::Measured {
+                        calls_per_cycle: m.calls_per_cycle,
+                        interval_seconds,
+                    },
+                    None => ShimSource::PerMachineHour,
+                };
+                rows.push(FleetRow {
+                    scopes: s,
+                    phase,
+                    calls: fleet_calls(&f.stack(phase), n, source),
+                });
+            }
+        }
+    }
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,6 +544,87 @@ mod tests {
         let c = f.counts(Key::ShimProbe, Phase::Steady).unwrap();
         assert!(c.by_command.is_empty());
         assert_eq!(f.rates(Key::ShimProbe, Phase::Steady), Rates::default());
+    }
+
+    #[test]
+    fn no_capc_steady_calls_is_an_error_not_a_missing_key() {
+        let f = LoadFile::parse(SAMPLE).unwrap();
+        assert_eq!(capc_steady_calls(&f), Ok(200.0));
+        let idle = SAMPLE.replace(
+            r#""steady": {"calls": 200, "stats_rows": 0, "async_jobs": 0, "by_command": {}}"#,
+            r#""steady": {"calls": 0, "stats_rows": 0, "async_jobs": 0, "by_command": {}}"#,
+        );
+        assert_ne!(idle, SAMPLE);
+        let f = LoadFile::parse(&idle).unwrap();
+        let e = capc_steady_calls(&f).unwrap_err();
+        assert!(e.contains("CAPC's key made 0"), "{e}");
+        let measured = [ControllerCalls {
+            machines: 1_000,
+            scopes: 1,
+            calls_per_cycle: 2.0,
+        }];
+        let e = controller_fleet_rows(&f, &measured, &[1_000], &[1], 30.0).unwrap_err();
+        assert!(e.contains("CAPC's key made 0"), "{e}");
+    }
+
+    #[test]
+    fn the_controller_rows_use_its_calls_per_cycle_by_size_and_scopes() {
+        let f = LoadFile::parse(SAMPLE).unwrap();
+        let measured = [
+            ControllerCalls {
+                machines: 1_000,
+                scopes: 1,
+                calls_per_cycle: 2.0,
+            },
+            ControllerCalls {
+                machines: 1_000,
+                scopes: 10,
+                calls_per_cycle: 10.0,
+            },
+        ];
+        let rows = controller_fleet_rows(&f, &measured, &[1_000, 10_000], &[1, 10], 30.0).unwrap();
+        assert_eq!(rows.len(), 8);
+        let at = |n: u64, s: u64, p: Phase| {
+            rows.iter()
+                .find(|r| r.calls.machines == n && r.scopes == s && r.phase == p)
+                .unwrap()
+                .calls
+        };
+        // 2 calls every 30 s = 240 an hour; 10 = 1 200; CAPC 200 per Machine-hour × 1 000.
+        assert_eq!(at(1_000, 1, Phase::Steady).shim, 240.0);
+        assert_eq!(at(1_000, 10, Phase::Steady).shim, 1_200.0);
+        assert_eq!(at(1_000, 10, Phase::Steady).capc, 200_000.0);
+        assert_eq!(at(1_000, 10, Phase::Steady).shim_percent(), Some(0.6));
+        // Not measured, and provisioning: per Machine-hour × N, said so.
+        let unmeasured = at(10_000, 10, Phase::Steady);
+        assert_eq!(unmeasured.shim_source, ShimSource::PerMachineHour);
+        assert_eq!(unmeasured.shim, 400_000.0);
+        assert_eq!(
+            at(1_000, 1, Phase::Provisioning).shim_source,
+            ShimSource::PerMachineHour
+        );
+    }
+
+    #[test]
+    fn fleet_keys_keep_the_one_scope_names_and_add_the_scopes() {
+        assert_eq!(
+            fleet_key(
+                "shim_added_cloudstack_calls_percent_of_capc",
+                Phase::Steady,
+                1_000,
+                1
+            ),
+            "shim_added_cloudstack_calls_percent_of_capc_steady_1000_machines"
+        );
+        assert_eq!(
+            fleet_key(
+                "cloudstack_calls_per_hour_shim",
+                Phase::Provisioning,
+                10_000,
+                10
+            ),
+            "cloudstack_calls_per_hour_shim_provisioning_10000_machines_10_scopes"
+        );
     }
 
     #[test]

@@ -340,6 +340,10 @@ func TestCloudStackLoad(t *testing.T) {
 	if l.Steady.Accounts["shim-ro"].ByCommand["listVirtualMachines"] == 0 {
 		t.Errorf("steady state: the shim listed nothing in %.0fs: %+v", l.Steady.RealSeconds, l.Steady.Accounts)
 	}
+	// The base of every share the bench reports: without CAPC's steady calls there is none.
+	if l.Steady.Accounts["admin"].Calls == 0 {
+		t.Errorf("steady state: CAPC's key (admin) made no CloudStack call in %.0fs: %+v", l.Steady.RealSeconds, l.Steady.Accounts)
+	}
 	path, err := harness.WriteLoadFile(h.OutDir, h.Stack.CAPI, *l)
 	if err != nil {
 		t.Fatal(err)
