@@ -3,6 +3,8 @@
 //! kubeconfig in `CAPC_HEALTH_TEST_KUBECONFIG`) and an in-process `cloudstack-sim`.
 #![allow(dead_code)]
 
+pub mod matrix;
+
 use capc_health_shim::status::board::StatusBoard;
 use std::collections::BTreeMap;
 use std::sync::Arc;
