@@ -300,7 +300,7 @@ async fn shim(args: Vec<String>) -> Output {
     let run = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))
             .args(&args)
-            .env_remove("CAPC_HEALTH_SHIM_URL")
+            .env_remove("CAPC_HEALTH_URL")
             .env_remove("CAPC_HEALTH_TOKEN")
             .env_remove("CAPC_HEALTH_TOKEN_FILE")
             .output()
@@ -924,7 +924,7 @@ async fn the_status_command_sends_its_token_and_exits_4_when_refused() {
             .args(args)
             .env("CAPC_HEALTH_TOKEN", GOOD)
             .env_remove("CAPC_HEALTH_TOKEN_FILE")
-            .env_remove("CAPC_HEALTH_SHIM_URL")
+            .env_remove("CAPC_HEALTH_URL")
             .output()
             .expect("runs")
     };

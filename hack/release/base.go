@@ -22,8 +22,11 @@ const (
 	// managerContainer is the controller's container, named as clusterctl's contract requires.
 	managerContainer = "manager"
 	// logEnv is the container's log filter variable (the shim's own `--log` fallback); the release
-	// manifests turn its value into a clusterctl variable of the same name / the chart's `log`.
-	logEnv = "CAPC_HEALTH_SHIM_LOG"
+	// manifests turn its value into the clusterctl variable logVar / the chart's `log`.
+	logEnv = "CAPC_HEALTH_LOG"
+	// logVar is the clusterctl variable for the log filter (clusterctl's variables of this
+	// provider share the prefix CAPC_HEALTH_SHIM_; the container's variables are the flags').
+	logVar = "CAPC_HEALTH_SHIM_LOG"
 	// imageVar is the clusterctl variable for the image.
 	imageVar = "CAPC_HEALTH_SHIM_IMAGE"
 	// contract is the Cluster API contract of this release series (docs/versions.md): the shim

@@ -58,7 +58,7 @@ func section(t *testing.T, doc, heading string) string {
 }
 
 func TestTheDocumentedClusterctlConfigurationInstallsTheAddon(t *testing.T) {
-	unsetenv(t, imageVar, logEnv)
+	unsetenv(t, imageVar, logVar)
 	b := mustBase(t)
 	cfg := yamlBlock(t, installDoc(t), "type: AddonProvider")
 	var parsed struct {

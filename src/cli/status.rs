@@ -42,10 +42,10 @@ pub mod exit {
 pub struct ShimConnection {
     /// The shim's address, e.g. https://localhost:8443 (`/status` is appended when the URL
     /// has no path).
-    #[arg(long, env = "CAPC_HEALTH_SHIM_URL")]
+    #[arg(long, env = "CAPC_HEALTH_URL")]
     pub url: String,
     /// Timeout of the whole request.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "CAPC_HEALTH_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub timeout: SignedDuration,
     #[command(flatten)]
     pub auth: ClientAuthArgs,
@@ -92,7 +92,13 @@ impl ShimConnection {
 pub struct StatusArgs {
     #[command(flatten)]
     pub shim: ShimConnection,
-    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    #[arg(
+        short = 'o',
+        long,
+        env = "CAPC_HEALTH_OUTPUT",
+        value_enum,
+        default_value = "table"
+    )]
     pub output: OutputFormat,
 }
 
