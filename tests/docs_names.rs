@@ -20,6 +20,7 @@ const OTHER_PROGRAMS_FLAGS: &[(&str, &str)] = &[
     ("--clusterrole", "kubectl"),
     ("--serviceaccount", "kubectl"),
     ("--raw", "kubectl"),
+    ("--field-selector", "kubectl"),
     ("--type", "kubectl"),
     ("--dry-run", "kubectl, create-role.py"),
     ("--call", "create-role.py"),
@@ -139,7 +140,11 @@ fn the_shims_names() -> (BTreeSet<String>, BTreeSet<String>) {
 }
 
 fn documents() -> Vec<PathBuf> {
-    let mut files = vec![root().join("README.md"), root().join("deploy/README.md")];
+    let mut files = vec![
+        root().join("README.md"),
+        root().join("CONTRIBUTING.md"),
+        root().join("deploy/README.md"),
+    ];
     let mut stack = vec![root().join("docs"), root().join("deploy")];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).expect("dir") {
