@@ -93,6 +93,7 @@ fn report() -> StatusReport {
         version: "0.1.0".into(),
         generated_at: Some(ts("2026-11-30T10:30:00Z")),
         leader: true,
+        leader_identity: Some("capc-health-shim-0".into()),
         ready: false,
         api: Some(ApiChoice {
             mode: Mode::Annotate,

@@ -167,6 +167,21 @@ fn escalation(m: &MachineReport) -> String {
 }
 
 /// The human view of a status document.
+/// What a standby's table must say first: its table is empty by design, the verdicts are on
+/// the leader (a port-forward to the Deployment or the Service may land on either replica).
+/// `None` on the leader, and without leader election (`leader` false only before it starts).
+fn standby_note(r: &StatusReport) -> Option<String> {
+    if r.leader {
+        return None;
+    }
+    let identity = r.leader_identity.as_deref()?;
+    Some(format!(
+        "STANDBY: this replica does not lead; the verdicts are on the leader, pod {} (port-forward to that pod: kubectl port-forward pod/{} 8443:8443)",
+        cell(identity),
+        cell(identity)
+    ))
+}
+
 pub fn render_human(r: &StatusReport) -> String {
     let mut out = String::new();
     let mode = match &r.api {
@@ -201,6 +216,9 @@ pub fn render_human(r: &StatusReport) -> String {
         },
         time(r.generated_at)
     );
+    if let Some(note) = standby_note(r) {
+        let _ = writeln!(out, "\n{note}");
+    }
     if !r.problems.is_empty() {
         out.push_str("\nPROBLEMS\n");
         for p in &r.problems {
@@ -432,6 +450,19 @@ mod tests {
         assert!(
             text.starts_with("mode: unknown (discovery not done)  leader: yes  ready: no\n"),
             "{text}"
+        );
+        assert!(!text.contains("STANDBY"), "{text}");
+        let standby = StatusReport {
+            leader: false,
+            leader_identity: Some("capc-health-shim-7d9f-x2k4p".into()),
+            ..r.clone()
+        };
+        assert!(
+            render_human(&standby).contains(
+                "STANDBY: this replica does not lead; the verdicts are on the leader, pod capc-health-shim-7d9f-x2k4p"
+            ),
+            "{}",
+            render_human(&standby)
         );
         assert!(
             text.contains("- credentials: secret default/cs not found\n"),
