@@ -55,8 +55,19 @@ impl ShimConnection {
     /// Fetches `/status` and prints what `render` makes of it; returns the exit code
     /// ([`exit`]). `command` begins every message on stderr.
     pub async fn print(&self, command: &str, render: impl FnOnce(&StatusReport) -> String) -> u8 {
+        self.print_view(command, &View::default(), render).await
+    }
+
+    /// [`Self::print`] of one view of `/status` (the endpoint's `?cluster=` and `?problems=`,
+    /// one Machine's rows).
+    pub async fn print_view(
+        &self,
+        command: &str,
+        view: &View,
+        render: impl FnOnce(&StatusReport) -> String,
+    ) -> u8 {
         let url = match status_url(&self.url) {
-            Ok(u) => u,
+            Ok(u) => view.url(u),
             Err(e) => {
                 eprintln!("{command}: {e}");
                 return exit::USAGE;
@@ -76,7 +87,8 @@ impl ShimConnection {
             }
         };
         match fetch(&url, &opts).await {
-            Ok(report) => {
+            Ok(mut report) => {
+                view.keep_machine(&mut report);
                 print!("{}", render(&report));
                 exit::RENDERED
             }
@@ -88,10 +100,59 @@ impl ShimConnection {
     }
 }
 
+/// Which part of `/status` to show: the endpoint filters by Cluster and to problems; the
+/// Machine filter is applied to what it sent.
+#[derive(Debug, Clone, Default, Args)]
+pub struct View {
+    /// Only this Cluster's Machines and orphans, as `namespace/name` (the endpoint's
+    /// `?cluster=`; a Cluster `/status` does not show is an error).
+    #[arg(long, env = "CAPC_HEALTH_CLUSTER")]
+    pub cluster: Option<String>,
+    /// Only the Machines of this name (in every Cluster shown).
+    #[arg(long, env = "CAPC_HEALTH_MACHINE")]
+    pub machine: Option<String>,
+    /// Only what needs a look (the endpoint's `?problems=true`): verdicts not `True`, failed
+    /// writes, pending or held escalations, scopes with an error.
+    #[arg(long, env = "CAPC_HEALTH_PROBLEMS")]
+    pub problems: bool,
+}
+
+impl View {
+    /// `url` with the view's query.
+    pub fn url(&self, mut url: url::Url) -> url::Url {
+        {
+            let mut q = url.query_pairs_mut();
+            if let Some(c) = &self.cluster {
+                q.append_pair("cluster", c.trim());
+            }
+            if self.problems {
+                q.append_pair("problems", "true");
+            }
+        }
+        if url.query() == Some("") {
+            url.set_query(None);
+        }
+        url
+    }
+
+    /// Drops every Machine but those named `--machine`, and the Clusters left without one.
+    pub fn keep_machine(&self, r: &mut StatusReport) {
+        let Some(name) = self.machine.as_deref().map(str::trim) else {
+            return;
+        };
+        for c in r.clusters.values_mut() {
+            c.machines.retain(|m, _| m == name);
+        }
+        r.clusters.retain(|_, c| !c.machines.is_empty());
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
     #[command(flatten)]
     pub shim: ShimConnection,
+    #[command(flatten)]
+    pub view: View,
     #[arg(
         short = 'o',
         long,
@@ -383,7 +444,9 @@ pub fn render(r: &StatusReport, format: OutputFormat) -> String {
 
 /// `capc-health-shim status`.
 pub async fn main(args: StatusArgs) -> u8 {
-    args.shim.print("status", |r| render(r, args.output)).await
+    args.shim
+        .print_view("status", &args.view, |r| render(r, args.output))
+        .await
 }
 
 #[cfg(test)]
@@ -391,6 +454,35 @@ mod tests {
     use super::*;
     use crate::status::{ClusterReport, FailureDomainReport, ScopeReport};
     use crate::verdict::Status;
+
+    #[test]
+    fn a_view_asks_the_endpoint_for_its_cluster_and_problems_and_keeps_one_machine() {
+        let base = url::Url::parse("https://localhost:8443/status").unwrap();
+        assert_eq!(View::default().url(base.clone()).as_str(), base.as_str());
+        let view = View {
+            cluster: Some("team-a/prod".into()),
+            machine: Some("m-2".into()),
+            problems: true,
+        };
+        assert_eq!(
+            view.url(base).as_str(),
+            "https://localhost:8443/status?cluster=team-a%2Fprod&problems=true"
+        );
+        let mut r = StatusReport::default();
+        for (cluster, machine) in [("a/x", "m-1"), ("a/x", "m-2"), ("b/y", "m-3")] {
+            r.clusters
+                .entry(cluster.into())
+                .or_default()
+                .machines
+                .insert(machine.into(), Default::default());
+        }
+        view.keep_machine(&mut r);
+        assert_eq!(r.clusters.keys().collect::<Vec<_>>(), ["a/x"]);
+        assert_eq!(
+            r.clusters["a/x"].machines.keys().collect::<Vec<_>>(),
+            ["m-2"]
+        );
+    }
 
     #[test]
     fn tables_align_and_leave_the_last_column_unpadded() {
