@@ -20,7 +20,7 @@ VENV := target/venv
 
 .PHONY: all build demo demo-sim test test-build test-rust test-rust-build test-rust-run test-e2e-run test-conformance-run test-conformance venv test-e2e e2e-negative-control e2e-load e2e e2e-build e2e-build-114 bench timings lint fmt clean \
 	apiserver apiserver-runner apiserver-build apiserver-smoke docs release image image-docker test-image test-image-run release-tool fuzz \
-	release-manifests test-release test-monitoring promtool
+	release-manifests test-release test-monitoring promtool dist
 
 all: build
 
@@ -231,6 +231,14 @@ release-manifests: release-tool $(if $(IMAGE),image)
 	rm -rf $(RELEASE_MANIFESTS)
 	./target/hack/release-tool manifests --root $(CURDIR) --out $(CURDIR)/$(RELEASE_MANIFESTS) $(RELEASE_PIN)
 	./target/hack/release-tool chart --root $(CURDIR) --out $(RELEASE_CHART_DIR) $(RELEASE_PIN)
+
+## make dist: the release bundle in target/dist/ — the image (OCI archive, digest, SBOM) of make image,
+## addon-components.yaml + metadata.yaml and the Helm chart (capc-health-shim-<v>.tgz) pinned to the
+## image's digest, the CLI binary, the version's CHANGELOG entry (refused without one), SHA256SUMS.
+## IMAGE=registry/repo:tag names the image the files pin (default: deploy/base's).
+DIST_DIR := target/dist
+dist: image release-tool
+	./target/hack/release-tool dist --root $(CURDIR) --image-dir $(CURDIR)/$(IMAGE_DIR) --out $(CURDIR)/$(DIST_DIR) $(if $(IMAGE),--image $(IMAGE))
 
 ## hack/release's Go tests, no API server (seconds; the first build downloads and compiles the modules,
 ## about a minute and a half): the components through clusterctl's library (defaults, variables,
