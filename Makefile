@@ -59,7 +59,7 @@ test: test-release test-monitoring test-build
 
 ## everything the two lanes run, built before they start (so no lane waits on the other's build),
 ## the container image included (the rust lane runs make test-image's checks first)
-test-build: build apiserver-build e2e-build venv test-rust-build image
+test-build: build apiserver-build e2e-build venv test-rust-build image dist
 
 ## The e2e harness is a Go module of its own (tests/e2e); Go fetches its modules from the proxy.
 E2E_GO := cd tests/e2e && GOFLAGS="$(GO_BUILD_FLAGS)" GOWORK=off $(GO)

@@ -207,6 +207,22 @@ impl Drop for Shim {
 /// on loopback (only --status-addr added), until ready and leading; the generated reader role,
 /// bound to that ServiceAccount, opens /metrics.
 async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Installed) {
+    run_binary_as_the_release(
+        Path::new(env!("CARGO_BIN_EXE_capc-health-shim")),
+        client,
+        objs,
+        installed,
+    )
+    .await
+}
+
+/// [`run_as_the_release`] with another `capc-health-shim` binary (the release bundle's).
+async fn run_binary_as_the_release(
+    binary: &Path,
+    client: &Client,
+    objs: &[Value],
+    installed: &Installed,
+) {
     let ns = installed.ns.as_str();
     let d = deployment(objs);
     let c = manager(d);
@@ -233,7 +249,7 @@ async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Install
 
     let addr = format!("127.0.0.1:{}", free_port());
     let hostname = format!("release-test-{ns}");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"));
+    let mut cmd = Command::new(binary);
     let args: Vec<&str> = c["args"]
         .as_array()
         .expect("args")
@@ -501,6 +517,114 @@ async fn the_helm_charts_default_render_applies_strictly_and_the_shim_runs_as_it
     .expect("the release namespace");
     let installed = apply_all(&client, objs.clone(), &ns).await;
     run_as_the_release(&client, &objs, &installed).await;
+    installed.cleanup(&client).await;
+}
+
+/// target/dist/ as `make dist` wrote it (`make test` builds it): the files SHA256SUMS lists.
+fn release_bundle() -> Vec<PathBuf> {
+    let dist = Path::new(REPO).join("target/dist");
+    let sums = std::fs::read_to_string(dist.join("SHA256SUMS"))
+        .unwrap_or_else(|e| panic!("target/dist/SHA256SUMS: {e} (run make dist)"));
+    let mut files = vec![dist.join("SHA256SUMS")];
+    for line in sums.lines() {
+        let (_, name) = line.split_once("  ").expect("sha256sum line");
+        files.push(dist.join(name));
+    }
+    files
+}
+
+/// Issue 43's operator path, from the release bundle alone: its files copied into an empty
+/// directory (no checkout), checked with `sha256sum -c`; the packaged chart rendered by Helm's
+/// library and the clusterctl files processed by clusterctl's, each applied strictly to the real
+/// API server with the image pinned to the bundle's digest; and the bundle's own CLI binary run
+/// with the rendered Deployment's arguments and environment, as its ServiceAccount, until it
+/// leads and answers /metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver and make dist: `make test` runs it (hack/with-apiserver.sh)"]
+async fn the_release_bundle_installs_from_an_empty_directory_with_helm_and_clusterctl() {
+    let client = kube_client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    for f in release_bundle() {
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap()))
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    }
+    let check = Command::new("sha256sum")
+        .args(["-c", "SHA256SUMS"])
+        .current_dir(dir.path())
+        .output()
+        .expect("sha256sum");
+    assert!(check.status.success(), "{check:?}");
+    let digest = std::fs::read_to_string(
+        dir.path()
+            .join(format!("capc-health-shim-v{version}-image-digest")),
+    )
+    .unwrap();
+    let pinned = format!(
+        "ghcr.io/capc-health-shim/capc-health-shim:v{version}@{}",
+        digest.trim()
+    );
+    let cli = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("capc-health-shim-v{version}-linux-"))
+        })
+        .expect("the bundle's CLI");
+    let out = Command::new(&cli)
+        .arg("--version")
+        .output()
+        .expect("the CLI runs");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(version),
+        "{out:?}"
+    );
+
+    // Helm: `helm install <release> capc-health-shim-<version>.tgz -n <ns>`.
+    let ns = test_namespace("bundle-helm");
+    let chart = dir.path().join(format!("capc-health-shim-{version}.tgz"));
+    let objs = docs(&tool(&[
+        "helm-template",
+        "--chart",
+        chart.to_str().unwrap(),
+        "--namespace",
+        &ns,
+    ]));
+    assert_eq!(manager(deployment(&objs))["image"], pinned.as_str());
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+    )
+    .await
+    .expect("the release namespace");
+    let installed = apply_all(&client, objs.clone(), &ns).await;
+    run_binary_as_the_release(&cli, &client, &objs, &installed).await;
+    installed.cleanup(&client).await;
+
+    // clusterctl: the two release assets as a provider repository, `--target-namespace`.
+    let repo = dir.path().join("repository");
+    let vdir = repo.join(format!("addon-capc-health-shim/v{version}"));
+    std::fs::create_dir_all(&vdir).unwrap();
+    for f in ["addon-components.yaml", "metadata.yaml"] {
+        std::fs::copy(dir.path().join(f), vdir.join(f)).unwrap();
+    }
+    let ns = test_namespace("bundle-clusterctl");
+    let processed = tool(&[
+        "clusterctl",
+        "--repo",
+        repo.to_str().unwrap(),
+        "--target-namespace",
+        &ns,
+    ]);
+    assert!(!processed.contains("${"), "a variable left: {processed}");
+    let objs = docs(&processed);
+    assert_eq!(manager(deployment(&objs))["image"], pinned.as_str());
+    let installed = apply_all(&client, objs.clone(), &ns).await;
+    run_binary_as_the_release(&cli, &client, &objs, &installed).await;
     installed.cleanup(&client).await;
 }
 
