@@ -190,6 +190,30 @@ impl Shim {
         );
     }
 
+    /// The poll cycles it completed (its `cycle done` lines).
+    fn cycles_done(&self) -> usize {
+        self.logs()
+            .lines()
+            .filter(|l| l.contains("cycle done"))
+            .count()
+    }
+
+    /// Waits until it completed `n` more cycles (within `within`), still running: a window in
+    /// which an absence is asserted is measured in cycles the shim really ran, not in seconds.
+    async fn run_cycles(&mut self, n: usize, within: Duration) {
+        let (start, since) = (self.cycles_done(), Instant::now());
+        while self.cycles_done() < start + n {
+            self.assert_running();
+            assert!(
+                since.elapsed() < within,
+                "{} completed {} of {n} cycles in {within:?}",
+                self.name,
+                self.cycles_done() - start
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
     fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -671,9 +695,8 @@ async fn outage() {
         "still leader, Lease renewed by the same identity {} s after the return; exit status: still running",
         between(restored_at, lease)
     ));
-    // Let the monitor see a few more seconds of the resumed shim.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    shim.assert_running();
+    // Let the monitor see a few more cycles of the resumed shim.
+    shim.run_cycles(3, Duration::from_secs(30)).await;
     let history = monitor.finish().await;
     for (m, h) in &history {
         row.saw(format!("{m}: {}", describe(h)));
@@ -969,8 +992,7 @@ async fn leader_kill(fault: Fault) {
         "the escalation clock restarted at the takeover ({after_takeover} s)"
     );
     // Let b run a few more cycles: no second write.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    b.assert_running();
+    b.run_cycles(3, Duration::from_secs(30)).await;
     let history = monitor.finish().await;
     for (m, h) in &history {
         row.saw(format!("{m}: {}", describe(h)));
@@ -1425,8 +1447,7 @@ async fn a_lease_lost_mid_cycle_stops_every_write_of_the_old_leader() {
         });
     }
     // A few more cycles of b: no second escalation.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    b.assert_running();
+    b.run_cycles(3, Duration::from_secs(30)).await;
     let history = monitor.finish().await;
     for (m, h) in &history {
         row.saw(format!("{m}: {}", describe(h)));
