@@ -459,3 +459,84 @@ async fn cleanup_lists_and_removes_exactly_what_the_shim_left() {
     }
     f.cleanup().await;
 }
+
+/// docs/uninstall.md names the flags `cleanup` (and `run`) have, with their defaults.
+#[test]
+fn the_uninstall_page_names_real_flags_with_their_defaults() {
+    use capc_health_shim::cli::cleanup::CleanupArgs;
+    use capc_health_shim::controller::RunArgs;
+    use clap::CommandFactory;
+    #[derive(clap::Parser)]
+    struct Cleanup {
+        #[command(flatten)]
+        args: CleanupArgs,
+    }
+    #[derive(clap::Parser)]
+    struct Run {
+        #[command(flatten)]
+        args: RunArgs,
+    }
+    fn flags(cmd: clap::Command) -> BTreeMap<String, Vec<String>> {
+        cmd.get_arguments()
+            .filter_map(|a| {
+                let defaults = a.get_default_values().iter();
+                let defaults = defaults.map(|v| v.to_string_lossy().into_owned());
+                Some((a.get_long()?.to_string(), defaults.collect()))
+            })
+            .collect()
+    }
+    let (cleanup, run) = (flags(Cleanup::command()), flags(Run::command()));
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/uninstall.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/uninstall.md");
+    let flag_at = |s: &str| -> String {
+        s.trim_start_matches("--")
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+            .collect()
+    };
+    let (mut checked, mut table_rows) = (0, 0);
+    for line in doc.lines() {
+        // `capc-health-shim cleanup …` commands and `run --flag` mentions.
+        if let Some(rest) = line.split("capc-health-shim cleanup").nth(1) {
+            for word in rest.split_whitespace().filter(|w| w.starts_with("--")) {
+                let flag = flag_at(word);
+                assert!(
+                    cleanup.contains_key(&flag),
+                    "cleanup has no --{flag}: {line}"
+                );
+                checked += 1;
+            }
+        }
+        for mention in line.split("`run --").skip(1) {
+            let flag = flag_at(mention);
+            assert!(run.contains_key(&flag), "run has no --{flag}: {line}");
+            checked += 1;
+        }
+        // The flags table: | `--flag` | default | what |
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() >= 4 && cells[1].contains("`--") {
+            let flag = flag_at(cells[1].rsplit("`--").next().unwrap());
+            let known = cleanup
+                .get(&flag)
+                .unwrap_or_else(|| panic!("cleanup has no --{flag}: {line}"));
+            let written = cells[2].trim_matches('`');
+            if cells[2].starts_with('`') {
+                assert_eq!(known, &[written.to_string()], "--{flag}'s default: {line}");
+            } else {
+                assert!(
+                    known.is_empty() || written == "off",
+                    "--{flag}'s default is {known:?}: {line}"
+                );
+            }
+            table_rows += 1;
+        }
+    }
+    // Positive control: the page has the commands and the table this reads.
+    assert!(
+        checked >= 6,
+        "only {checked} flags found in {}",
+        path.display()
+    );
+    let documented = cleanup.keys().filter(|f| *f != "help").count();
+    assert_eq!(table_rows, documented, "one row per flag");
+}

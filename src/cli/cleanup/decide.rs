@@ -373,9 +373,11 @@ pub struct MhcFinding {
 impl MhcFinding {
     /// The command an operator runs to remove the entries.
     pub fn kubectl(&self) -> String {
+        // Single-quoted for a POSIX shell: a quote inside is closed, escaped and reopened.
+        let patch = self.patch.to_string().replace('\'', r"'\''");
         format!(
-            "kubectl -n {} patch {} {} --type json -p '{}'",
-            self.namespace, self.resource, self.name, self.patch
+            "kubectl -n {} patch {} {} --type json -p '{patch}'",
+            self.namespace, self.resource, self.name
         )
     }
 }

@@ -327,6 +327,15 @@ fn mhc_entries_naming_the_condition_get_a_patch_keeping_the_others() {
         "{}",
         h.kubectl()
     );
+    // A quote in an entry stays inside the shell's single quotes.
+    let quoted = mhc(
+        "v1beta2",
+        json!([ours, {"type": "It's", "status": "False"}]),
+    );
+    let line = mhc_finding(&quoted, "CloudStackVMHealthy")
+        .unwrap()
+        .kubectl();
+    assert!(line.contains(r#""It'\''s""#), "{line}");
     // Only ours: the list goes; v1beta1 (CAPI 1.13) keeps it at spec.
     let m = mhc("v1beta1", json!([ours]));
     let h = mhc_finding(&m, "CloudStackVMHealthy").unwrap();
