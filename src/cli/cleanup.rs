@@ -226,11 +226,13 @@ pub async fn survey(client: &Client, args: &CleanupArgs, own_namespace: &str) ->
             .collect()
     };
     let (machine_versions, mhc_versions) = (served("Machine"), served("MachineHealthCheck"));
-    if let Err(e) = &group {
-        s.notes.push(format!(
-            "Cluster API (group {}) is not served, so no Machine holds anything of the shim's ({e})",
+    match &group {
+        Err(kube::Error::Discovery(_)) => s.notes.push(format!(
+            "Cluster API (group {}) is not served: no Machine or MachineHealthCheck to look at",
             capi_model::well_known::CAPI_GROUP
-        ));
+        )),
+        Err(e) => problem(&mut s, explain("discover the Cluster API versions", e)),
+        Ok(_) => {}
     }
     s.layout = if machine_versions.iter().any(|v| v == "v1beta2") {
         Some(ConditionLayout::V1Beta2)
@@ -328,8 +330,7 @@ pub async fn remove(client: &Client, s: &Survey, mhc_entries: bool) -> Removal {
                             &Patch::Json::<()>(p),
                         )
                         .await
-                        .map(|_| ())
-                        .map_err(|e| changed_or(&e)),
+                        .map_or_else(gone_or, |_| Ok(())),
                     Err(e) => Err(format!("internal: the patch does not parse: {e}")),
                 };
                 let label = if m.annotations.is_empty() {
@@ -348,8 +349,20 @@ pub async fn remove(client: &Client, s: &Survey, mhc_entries: bool) -> Removal {
                         &Patch::Apply(body),
                     )
                     .await
-                    .map(|_| ())
-                    .map_err(|e| explain("apply", &e));
+                    .map_or_else(
+                        |e| match e {
+                            kube::Error::Api(s) if s.code == 404 => Ok(()),
+                            kube::Error::Api(s) if s.code == 422 => Err(format!(
+                                "the API server refuses to release the shim's fields: an entry \
+                                 another manager owns too would be left incomplete ({}); edit it \
+                                 by hand: kubectl -n {} edit machines.cluster.x-k8s.io {} \
+                                 --subresource=status",
+                                s.message, m.namespace, m.name
+                            )),
+                            e => Err(explain("apply", &e)),
+                        },
+                        |_| Ok(()),
+                    );
                 record(format!("{what}: conditions {}", keys(&m.conditions)), r);
             }
         }
@@ -362,8 +375,7 @@ pub async fn remove(client: &Client, s: &Survey, mhc_entries: bool) -> Removal {
                 Ok(p) => api
                     .patch(&h.name, &PatchParams::default(), &Patch::Json::<()>(p))
                     .await
-                    .map(|_| ())
-                    .map_err(|e| changed_or(&e)),
+                    .map_or_else(gone_or, |_| Ok(())),
                 Err(e) => Err(format!("internal: the patch does not parse: {e}")),
             };
             record(
@@ -376,6 +388,15 @@ pub async fn remove(client: &Client, s: &Survey, mhc_entries: bool) -> Removal {
         }
     }
     out
+}
+
+/// A failed patch: fine when the object is gone since it was read (404: nothing of the
+/// shim's is left on it), else what went wrong.
+fn gone_or(e: kube::Error) -> Result<(), String> {
+    match e {
+        kube::Error::Api(s) if s.code == 404 => Ok(()),
+        e => Err(changed_or(&e)),
+    }
 }
 
 /// A failed `test` of a JSON patch is a 422: the object changed since it was read.

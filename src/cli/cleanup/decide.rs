@@ -56,9 +56,14 @@ pub struct Owned {
     /// The annotation's value (annotations only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
-    /// Other managers owning it too: it stays after the shim lets go.
+    /// Other managers owning it too (the condition entry itself, not only fields in it): it
+    /// stays, with what they set, after the shim lets go.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shared_with: Vec<String>,
+    /// Other managers owning only fields inside the condition entry (the API server may then
+    /// refuse the release, as it would leave an incomplete entry: the command says so).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fields_also_set_by: Vec<String>,
 }
 
 impl MachineFindings {
@@ -139,6 +144,20 @@ pub fn condition_types(api_version: &str, fields: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The condition types whose entries `fields` owns as such (the `.` of the entry, not only
+/// fields in it): server-side apply keeps such an entry when another manager lets go of it.
+pub fn condition_items(api_version: &str, fields: &Value) -> Vec<String> {
+    let Some(list) = descend(fields, conditions_path(api_version)) else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter(|(_, node)| node.get(".").is_some())
+        .filter_map(|(k, _)| k.strip_prefix("k:"))
+        .filter_map(|k| serde_json::from_str::<Value>(k).ok())
+        .filter_map(|k| k.get("type")?.as_str().map(str::to_string))
+        .collect()
+}
+
 /// The annotation keys `fields` owns.
 pub fn annotation_keys(fields: &Value) -> Vec<String> {
     descend(fields, &["f:metadata", "f:annotations"])
@@ -202,16 +221,25 @@ fn starts_with(path: &[String], prefix: &[&str]) -> bool {
 pub fn machine_findings(machine: &Value) -> Option<MachineFindings> {
     let all = entries(machine);
     let theirs: Vec<&Entry<'_>> = all.iter().filter(|e| e.manager != FIELD_MANAGER).collect();
-    let sharing = |key: &str, is_condition: bool| -> Vec<String> {
+    // Who else owns it: the annotation key, the condition entry itself, or fields in the entry.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Claim {
+        Annotation,
+        Entry,
+        FieldsOnly,
+    }
+    let sharing = |key: &str, claim: Claim| -> Vec<String> {
         let mut who: Vec<String> = theirs
             .iter()
             .filter(|e| {
-                if is_condition {
-                    condition_types(e.api_version, e.fields)
-                        .iter()
-                        .any(|t| t == key)
-                } else {
-                    !e.status && annotation_keys(e.fields).iter().any(|a| a == key)
+                let has = |list: Vec<String>| list.iter().any(|t| t == key);
+                match claim {
+                    Claim::Annotation => !e.status && has(annotation_keys(e.fields)),
+                    Claim::Entry => has(condition_items(e.api_version, e.fields)),
+                    Claim::FieldsOnly => {
+                        has(condition_types(e.api_version, e.fields))
+                            && !has(condition_items(e.api_version, e.fields))
+                    }
                 }
             })
             .map(|e| e.manager.to_string())
@@ -242,11 +270,11 @@ pub fn machine_findings(machine: &Value) -> Option<MachineFindings> {
                 }
             }
             for t in condition_types(e.api_version, e.fields) {
-                let shared_with = sharing(&t, true);
                 f.conditions.push(Owned {
+                    shared_with: sharing(&t, Claim::Entry),
+                    fields_also_set_by: sharing(&t, Claim::FieldsOnly),
                     key: t,
                     value: None,
-                    shared_with,
                 });
             }
             continue;
@@ -265,11 +293,11 @@ pub fn machine_findings(machine: &Value) -> Option<MachineFindings> {
                         .and_then(|a| a.get(&key))
                         .and_then(Value::as_str)
                         .map(str::to_string);
-                    let shared_with = sharing(&key, false);
                     f.annotations.push(Owned {
+                        shared_with: sharing(&key, Claim::Annotation),
+                        fields_also_set_by: Vec::new(),
                         key,
                         value,
-                        shared_with,
                     });
                 }
                 // The annotations map itself (it created it): released, never removed.
@@ -426,15 +454,16 @@ fn owned_cell(owned: &[Owned]) -> String {
     owned
         .iter()
         .map(|o| {
-            if o.shared_with.is_empty() {
-                o.key.clone()
-            } else {
-                format!(
-                    "{} (also owned by {}: stays)",
-                    o.key,
-                    o.shared_with.join(",")
-                )
+            let mut cell = o.key.clone();
+            if !o.shared_with.is_empty() {
+                let who = o.shared_with.join(",");
+                cell.push_str(&format!(" (also owned by {who}: stays as {who} set it)"));
             }
+            if !o.fields_also_set_by.is_empty() {
+                let who = o.fields_also_set_by.join(",");
+                cell.push_str(&format!(" (fields also set by {who})"));
+            }
+            cell
         })
         .collect::<Vec<_>>()
         .join(", ")

@@ -149,8 +149,37 @@ fn an_entry_another_manager_owns_too_is_shared_and_its_annotation_stays() {
         "v1beta2",
         annotation_fields(&[REMEDIATE]),
     ));
+    fields.push(entry(
+        "capi-fields",
+        "Update",
+        true,
+        "v1beta2",
+        json!({"f:status": {"f:conditions": {"k:{\"type\":\"CloudStackVMHealthy\"}": {"f:message": {}}}}}),
+    ));
     let f = machine_findings(&m).unwrap();
-    assert_eq!(f.conditions[0].shared_with, ["manager"]);
+    assert_eq!(
+        f.conditions[0].shared_with,
+        ["manager"],
+        "owns the entry itself"
+    );
+    assert_eq!(
+        f.conditions[0].fields_also_set_by,
+        ["capi-fields"],
+        "owns a field in it only"
+    );
+    let cell = render(
+        &Survey {
+            machines: vec![f.clone()],
+            ..Default::default()
+        },
+        "CloudStackVMHealthy",
+        "shim",
+    );
+    assert!(
+        cell.contains("also owned by manager: stays as manager set it")
+            && cell.contains("fields also set by capi-fields"),
+        "{cell}"
+    );
     assert_eq!(f.annotations[0].shared_with, ["operator"]);
     // The shim's entry is dropped (its claim released), the shared annotation is not removed.
     let ops = metadata_removal(&f).unwrap();
