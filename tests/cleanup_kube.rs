@@ -539,3 +539,84 @@ fn the_uninstall_page_names_real_flags_with_their_defaults() {
     let documented = cleanup.keys().filter(|f| *f != "help").count();
     assert_eq!(table_rows, documented, "one row per flag");
 }
+
+/// A condition entry the shim's manager shares with another (which wrote that type first and
+/// still owns the entry itself): releasing the shim's fields would leave it incomplete, the API
+/// server refuses, and `cleanup --yes` says so — naming the Machine and the by-hand fix — exits 1,
+/// changes nothing there and still cleans the other Machines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn a_shared_entry_the_api_server_will_not_leave_incomplete_is_reported() {
+    use capc_health_shim::controller::kube_io::apply_condition;
+    use capi_model::condition::{ConditionState, Status};
+    let client = kube_client().await;
+    let f = Fixture::new(client.clone(), &[]).await;
+    let pointer = f.conditions_pointer();
+    f.machine("m-shared", None, false, "fd1").await;
+    f.machine("m-plain", None, false, "fd1").await;
+    // The operator's entry of that type first, then the shim's writes (its own apply path).
+    let m = get(&client, &f.ns, &f.resources.machine, "m-shared").await;
+    let theirs = json!({"type": TYPE, "status": "True", "reason": "ByHand", "message": "operator",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    patch_status(&f, "m-shared", "operator", with_entry(&m, pointer, theirs)).await;
+    let verdict = ConditionState {
+        type_: TYPE.into(),
+        status: Status::False,
+        reason: "VMError".into(),
+        message: "the shim's".into(),
+        last_transition_time: "2026-01-01T00:00:00Z".parse().unwrap(),
+    };
+    for name in ["m-shared", "m-plain"] {
+        let at = (f.ns.as_str(), name);
+        apply_condition(
+            &client,
+            &f.resources.machine,
+            f.choice.layout,
+            at,
+            &verdict,
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("the shim's apply");
+    }
+    let flags = ["--namespace", &f.ns, "--lease-namespace", &f.ns];
+    let (code, out) = cleanup(&[&flags[..], &["-o", "json"]].concat());
+    assert_eq!(code, Some(0), "{out}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let shared = listed["survey"]["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "m-shared")
+        .cloned()
+        .expect("m-shared is listed");
+    assert_eq!(
+        shared["conditions"],
+        json!([{"key": TYPE, "shared_with": ["operator"]}])
+    );
+
+    let before = get(&client, &f.ns, &f.resources.machine, "m-shared").await;
+    let (code, out) = cleanup(&[&flags[..], &["--yes"]].concat());
+    assert_eq!(code, Some(1), "{out}");
+    let failed = out
+        .split("FAILED")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no FAILED:\n{out}"));
+    assert!(
+        failed.contains("m-shared") && failed.contains("--subresource=status"),
+        "{out}"
+    );
+    assert!(!failed.contains("m-plain"), "{out}");
+    let after = machines(&f).await;
+    assert_eq!(
+        after["m-shared"]["status"], before["status"],
+        "nothing changed there"
+    );
+    assert_eq!(
+        shim_entries(&after["m-plain"]),
+        Vec::<Value>::new(),
+        "the other one is clean"
+    );
+    assert!(kube_support::condition(&after["m-plain"], pointer).is_none());
+    f.cleanup().await;
+}

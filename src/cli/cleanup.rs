@@ -460,6 +460,9 @@ pub async fn main(args: CleanupArgs) -> u8 {
                 None if s.count() > 0 => {
                     println!("Nothing was changed: run again with --yes to remove them.")
                 }
+                None if !s.mhcs.is_empty() => println!(
+                    "Nothing was changed: the MHC entries go with --yes --remove-mhc-entries, or run the patch above."
+                ),
                 None => {}
             }
         }
