@@ -7,6 +7,7 @@
 //! by default their patch is printed). What counts as the shim's is [`decide`]; here is I/O.
 
 mod decide;
+mod render;
 #[cfg(test)]
 mod tests;
 
@@ -439,7 +440,7 @@ pub async fn main(args: CleanupArgs) -> u8 {
     let s = survey(&client, &args, &own).await;
     let running = decide::still_running(&s);
     if let (true, Some(why)) = (args.yes, &running) {
-        print!("{}", decide::render(&s, &args.condition_type, &own));
+        print!("{}", render::render(&s, &args.condition_type, &own));
         eprintln!("{why}; nothing was removed");
         return 1;
     }
@@ -454,9 +455,9 @@ pub async fn main(args: CleanupArgs) -> u8 {
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         }
         OutputFormat::Table => {
-            print!("{}", decide::render(&s, &args.condition_type, &own));
+            print!("{}", render::render(&s, &args.condition_type, &own));
             match &removal {
-                Some(r) => print!("{}", decide::render_removal(&r.removed, &r.failed)),
+                Some(r) => print!("{}", render::render_removal(&r.removed, &r.failed)),
                 None if s.count() > 0 => {
                     println!("Nothing was changed: run again with --yes to remove them.")
                 }

@@ -1,6 +1,7 @@
 use serde_json::{json, Value};
 
 use super::decide::*;
+use super::render::render;
 use super::{OwnObject, Survey};
 use capi_model::apis::ConditionLayout;
 
