@@ -44,7 +44,7 @@ pub struct CleanupArgs {
     pub condition_type: String,
     /// Namespaces whose Machines and MachineHealthChecks are looked at (repeatable; default:
     /// all).
-    #[arg(long = "namespace", value_delimiter = ',')]
+    #[arg(long = "namespace", value_delimiter = ',', value_name = "NAMESPACE")]
     pub namespaces: Vec<String>,
     /// The leader Lease's name (`run --lease-name`).
     #[arg(long, default_value = "capc-health-shim", value_parser = parse_object_name)]
@@ -56,6 +56,7 @@ pub struct CleanupArgs {
     /// The orphan report's memory ConfigMap (`run --orphan-memory-configmap`).
     #[arg(long, default_value = "capc-health-shim-memory", value_parser = parse_object_name)]
     pub orphan_memory_configmap: String,
+    /// A table for people, or JSON (`survey`, and `removal` after `--yes`).
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: OutputFormat,
 }
