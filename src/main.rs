@@ -29,17 +29,12 @@ const VERSION: &str = concat!(
 )]
 struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `capc_health_shim=debug`.
-    #[arg(
-        long,
-        env = "CAPC_HEALTH_SHIM_LOG",
-        default_value = "warn",
-        global = true
-    )]
+    #[arg(long, env = "CAPC_HEALTH_LOG", default_value = "warn", global = true)]
     log: String,
     /// Log line format.
     #[arg(
         long,
-        env = "CAPC_HEALTH_SHIM_LOG_FORMAT",
+        env = "CAPC_HEALTH_LOG_FORMAT",
         value_enum,
         default_value = "text",
         global = true

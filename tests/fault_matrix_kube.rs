@@ -890,10 +890,17 @@ async fn leader_kill(fault: Fault) {
     let mut a = Shim::start(test, "a", &kubeconfig, "shim-a", &args);
     wait_leader(&a, Duration::from_secs(60)).await;
     let mut b = Shim::start(test, "b", &kubeconfig, "shim-b", &args);
-    wait_for!(Duration::from_secs(60), "b ready as a follower", {
-        let ready = matches!(b.get("/readyz").await, Some((200, _)));
-        b.status().await.filter(|st| ready && st["leader"] == false)
-    });
+    // Ready as a follower, and its /status says where the verdicts are: the Lease's holder.
+    wait_for!(
+        Duration::from_secs(60),
+        "b ready as a follower naming the leader",
+        {
+            let ready = matches!(b.get("/readyz").await, Some((200, _)));
+            b.status()
+                .await
+                .filter(|st| ready && st["leader"] == false && st["leader_identity"] == "shim-a")
+        }
+    );
     wait_verdict(&f, "m-bad", "True", "VMHealthy", Duration::from_secs(90)).await;
     wait_verdict(&f, "m-ok", "True", "VMHealthy", Duration::from_secs(30)).await;
     let monitor = Monitor::start(&f, &["m-bad", "m-ok"]);

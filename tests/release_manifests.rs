@@ -14,7 +14,6 @@ mod kube_support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -24,36 +23,13 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{pinned_kind, Scope};
 use kube::Client;
 use kube_support::{
-    free_port, https_accepting_self_signed, kube_client, service_account_token, token_kubeconfig,
+    free_port, https_accepting_self_signed, kube_client, release_tool, service_account_token,
+    token_kubeconfig,
 };
 use serde_json::{json, Value};
 
 const FIELD_MANAGER: &str = "capc-health-shim-release-test";
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
-
-/// hack/release built once per test binary (Go's build cache makes a rebuild instant).
-fn release_tool() -> &'static Path {
-    static TOOL: OnceLock<PathBuf> = OnceLock::new();
-    TOOL.get_or_init(|| {
-        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("release-tool");
-        let status = Command::new(std::env::var("GO").unwrap_or_else(|_| "go".into()))
-            .args(["build", "-o"])
-            .arg(&out)
-            .arg(".")
-            .current_dir(Path::new(REPO).join("hack/release"))
-            // The Makefile's flags (-trimpath among them), so this build shares Go's build cache
-            // with `make release-manifests` and `make test-release` instead of compiling again.
-            .env(
-                "GOFLAGS",
-                std::env::var("GO_BUILD_FLAGS").unwrap_or_else(|_| "-mod=mod -trimpath".into()),
-            )
-            .env("GOWORK", "off")
-            .status()
-            .expect("go (1.25+) runs: hack/release is a Go module");
-        assert!(status.success(), "go build hack/release: {status}");
-        out
-    })
-}
 
 /// Runs the tool; its stdout. The clusterctl variables are unset, so their defaults apply.
 fn tool(args: &[&str]) -> String {
@@ -353,6 +329,89 @@ async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Install
         .delete(name(&binding), &DeleteParams::default())
         .await;
     drop(shim);
+    grants_no_more_than_documented(client, ns, sa).await;
+}
+
+/// Whether the API server would allow ServiceAccount `ns/sa` `verb` on `resource` (what
+/// `kubectl auth can-i --as=system:serviceaccount:ns:sa` asks): a SubjectAccessReview.
+async fn can(
+    client: &Client,
+    (ns, sa): (&str, &str),
+    verb: &str,
+    (group, resource): (&str, &str),
+    (namespace, object): (&str, Option<&str>),
+) -> bool {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": format!("system:serviceaccount:{ns}:{sa}"),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{ns}"), "system:authenticated"],
+            "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                "namespace": namespace, "name": object.unwrap_or_default()},
+        }
+    }))
+    .unwrap();
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let answer = api
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SubjectAccessReview");
+    answer.status.is_some_and(|s| s.allowed)
+}
+
+/// Issue 43 (2): the installed ServiceAccount may write its own Lease in its own namespace and
+/// no other Lease anywhere; it may `get` Secrets by name (the documented default, so that CAPC's
+/// Secrets are read wherever they live) but never list or watch them; it deletes nothing.
+async fn grants_no_more_than_documented(client: &Client, ns: &str, sa: &str) {
+    const LEASES: (&str, &str) = ("coordination.k8s.io", "leases");
+    const SECRETS: (&str, &str) = ("", "secrets");
+    let who = (ns, sa);
+    // What it needs (the checks below could not fail if nothing were granted at all).
+    for verb in ["get", "patch", "update"] {
+        assert!(
+            can(client, who, verb, LEASES, (ns, Some("capc-health-shim"))).await,
+            "{verb} its own Lease"
+        );
+    }
+    assert!(can(client, who, "create", LEASES, (ns, None)).await);
+    assert!(can(client, who, "get", SECRETS, ("default", Some("any"))).await);
+    // What it must not do.
+    for (verb, namespace, object) in [
+        ("create", "kube-system", None),
+        ("update", "kube-system", Some("kube-controller-manager")),
+        ("patch", "kube-system", Some("kube-scheduler")),
+        ("patch", ns, Some("another-controllers-lease")),
+        (
+            "update",
+            "capi-system",
+            Some("controller-leader-election-capi"),
+        ),
+        ("delete", ns, Some("capc-health-shim")),
+    ] {
+        assert!(
+            !can(client, who, verb, LEASES, (namespace, object)).await,
+            "{verb} Lease {namespace}/{object:?} must be refused"
+        );
+    }
+    for verb in ["list", "watch", "create", "delete"] {
+        assert!(
+            !can(client, who, verb, SECRETS, ("default", None)).await,
+            "{verb} Secrets must be refused"
+        );
+    }
+    for resource in ["machines", "clusters"] {
+        assert!(
+            !can(
+                client,
+                who,
+                "delete",
+                ("cluster.x-k8s.io", resource),
+                ("default", None)
+            )
+            .await,
+            "delete {resource} must be refused"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

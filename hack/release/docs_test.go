@@ -58,7 +58,7 @@ func section(t *testing.T, doc, heading string) string {
 }
 
 func TestTheDocumentedClusterctlConfigurationInstallsTheAddon(t *testing.T) {
-	unsetenv(t, imageVar, logEnv)
+	unsetenv(t, imageVar, logVar)
 	b := mustBase(t)
 	cfg := yamlBlock(t, installDoc(t), "type: AddonProvider")
 	var parsed struct {
@@ -140,7 +140,7 @@ func TestTheDocumentedGrantsAreTheBasesRoles(t *testing.T) {
 		}
 		group := strings.TrimSpace(strings.ReplaceAll(cells[2], "`", ""))
 		role := clean(cells[1])
-		// "`capc-health-shim-memory` (Role, in the install's namespace)": the name is the role.
+		// "`capc-health-shim-leader` (Role, in the install's namespace)": the name is the role.
 		if i := strings.Index(role, "("); i >= 0 {
 			role = role[:i]
 		}

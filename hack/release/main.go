@@ -43,7 +43,7 @@ func defaultRoot() string {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: release manifests|chart|clusterctl|helm-template|image|test-image [flags]")
+		return fmt.Errorf("usage: release manifests|chart|clusterctl|helm-template|kustomize|image|test-image [flags]")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	root := fs.String("root", defaultRoot(), "the repository")
@@ -60,7 +60,9 @@ func run(args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "a kubeconfig of a test API server (test-image)")
 	crane := fs.String("crane", "crane", "the crane command (test-image pushes the image with it)")
 	digestFile := fs.String("digest-file", "", "pin --image to the digest in this file (manifests, chart)")
-	var sets, valueFiles multi
+	dir := fs.String("dir", "", "a kustomization directory (kustomize)")
+	var sets, valueFiles, components multi
+	fs.Var(&components, "component", "a kustomize Component to build --dir with (kustomize; repeatable)")
 	fs.Var(&sets, "set", "a value, as helm --set (repeatable)")
 	fs.Var(&valueFiles, "values", "a values file (repeatable)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -128,6 +130,15 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Print(text)
+	case "kustomize":
+		if *dir == "" {
+			return fmt.Errorf("kustomize: --dir is required")
+		}
+		text, err := kustomizeBuild(*dir, components)
+		if err != nil {
+			return err
+		}
+		os.Stdout.Write(text)
 	case "image":
 		if *binary == "" || *out == "" {
 			return fmt.Errorf("image: --binary and --out are required")

@@ -220,14 +220,14 @@ func TestTheComponentsFileFollowsTheContract(t *testing.T) {
 	if !strings.HasPrefix(c["image"].(string), "${"+imageVar+":=") {
 		t.Errorf("image %v is not the variable %s", c["image"], imageVar)
 	}
-	if v := envOf(c)[logEnv]; !strings.HasPrefix(v.(string), "${"+logEnv+":=") {
+	if v := envOf(c)[logEnv]; !strings.HasPrefix(v.(string), "${"+logVar+":=") {
 		t.Errorf("env %s=%v is not the variable", logEnv, v)
 	}
 }
 
 // clusterctl with no variables set: the defaults make exactly deploy/base, plus the labels.
 func TestClusterctlWithDefaultsInstallsExactlyTheBase(t *testing.T) {
-	unsetenv(t, imageVar, logEnv)
+	unsetenv(t, imageVar, logVar)
 	b := mustBase(t)
 	_, url := writeRepo(t, b)
 	comps, err := clusterctlGenerate(context.Background(), url, "v"+b.version, "")
@@ -240,7 +240,7 @@ func TestClusterctlWithDefaultsInstallsExactlyTheBase(t *testing.T) {
 	}
 	vars := comps.Variables()
 	sort.Strings(vars)
-	if want := []string{imageVar, logEnv}; !reflect.DeepEqual(vars, want) {
+	if want := []string{imageVar, logVar}; !reflect.DeepEqual(vars, want) {
 		t.Errorf("variables %v, want %v", vars, want)
 	}
 	if got := comps.ManifestLabel(); got != providerLabel {
@@ -280,7 +280,7 @@ func TestClusterctlWithDefaultsInstallsExactlyTheBase(t *testing.T) {
 // Namespace and the binding's subject move; the base's namespace is named nowhere else.
 func TestClusterctlTargetNamespaceAndVariables(t *testing.T) {
 	t.Setenv(imageVar, "registry.example.com/mirror/capc-health-shim:v0.1.0-rc1")
-	t.Setenv(logEnv, "info,capc_health_shim=debug")
+	t.Setenv(logVar, "info,capc_health_shim=debug")
 	b := mustBase(t)
 	_, url := writeRepo(t, b)
 	const target = "ops-capc-health"
@@ -321,7 +321,7 @@ func TestClusterctlTargetNamespaceAndVariables(t *testing.T) {
 // metadata.yaml passes clusterctl's validation (the tests above read it through clusterctl); the
 // same path refuses what the contract forbids, so passing means something.
 func TestMetadataIsValidatedByClusterctl(t *testing.T) {
-	unsetenv(t, imageVar, logEnv)
+	unsetenv(t, imageVar, logVar)
 	b := mustBase(t)
 	text, err := metadataYAML(b)
 	if err != nil {
