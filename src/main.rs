@@ -62,6 +62,8 @@ enum Command {
     Orphans(cli::orphans::OrphansArgs),
     /// Print the MachineHealthCheck (or the patch to an existing one) that recycles a Cluster's Machines on the shim's verdict.
     Mhc(cli::mhc::MhcArgs),
+    /// After uninstalling: list what the shim left (its Lease and memory ConfigMap, its condition entries and annotations on Machines, MHC entries naming its condition); --yes removes it.
+    Cleanup(cli::cleanup::CleanupArgs),
 }
 
 fn main() -> ExitCode {
@@ -99,6 +101,7 @@ fn main() -> ExitCode {
             Command::Status(args) => cli::status::main(args).await,
             Command::Orphans(args) => cli::orphans::main(args).await,
             Command::Mhc(args) => cli::mhc::main(args).await,
+            Command::Cleanup(args) => cli::cleanup::main(args).await,
         }
     });
     ExitCode::from(code)

@@ -5,9 +5,12 @@
 //! - [`status`]: `capc-health-shim status --url URL`, for humans.
 //! - [`orphans`]: `capc-health-shim orphans --url URL`, the VMs it reports with the commands
 //!   that would remove them (never run).
+//! - [`cleanup`]: `capc-health-shim cleanup`, what the shim left behind after an uninstall
+//!   (its Lease, memory ConfigMap, fields on Machines, MHC entries), removed with `--yes`.
 //! - [`mhc`]: `capc-health-shim mhc --cluster NS/NAME`, the MachineHealthCheck (or the patch
 //!   to one) that acts on the shim's verdict for the Cluster API version in use.
 
+pub mod cleanup;
 pub mod mhc;
 pub mod orphans;
 pub mod status;
