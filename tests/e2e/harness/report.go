@@ -174,7 +174,7 @@ func Matrix(rows []Row) string {
 	seen := map[string]bool{}
 	cells := map[string]Row{}
 	for _, r := range rows {
-		if r.Mode != ModeShim {
+		if r.Mode != ModeShim || r.MHC != MHCRecommended {
 			continue
 		}
 		if !seen["c"+r.StackKey()] {
