@@ -100,6 +100,10 @@ func TestCausalityRefusesEveryOtherPath(t *testing.T) {
 			*c = conditionChain()
 			c.MHCMessage = "Health check failed:\n  * Condition Other on Machine is reporting status False with reason X for more than 6s (see Condition " + condType + " on Machine is reporting status False)"
 		}},
+		{"condition mode, a condition whose name only starts with the shim's", "condition", "the MHC never named CloudStackVMHealthy: its findings are", func(c *CausalChain) {
+			*c = conditionChain()
+			c.MHCMessage = "Health check failed:\n  * Condition " + condType + "V2 on Machine is reporting status False with reason GuestNetworkSilent for more than 6s"
+		}},
 		{"condition mode, named at Unknown", "condition", "not at False with a reason the shim wrote", func(c *CausalChain) {
 			*c = conditionChain()
 			c.MHCMessage = "Health check failed:\n  * Condition " + condType + " on Machine is reporting status Unknown with reason GuestNetworkSilent for more than 6s"

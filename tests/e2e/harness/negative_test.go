@@ -65,6 +65,10 @@ func TestNegativeControlFailsForTheWrongReasons(t *testing.T) {
 			c.Annotated, c.AnnotatedBy, c.MHCMarked, c.MHCReason, c.MHCMessage, c.Deleting = at(24), ShimFieldManager, at(24.2), "HasRemediateAnnotation", "Health check failed: marked for remediation via cluster.x-k8s.io/remediate-machine annotation", at(24.4)
 			m.SecondsFaultToRecycle = at(24.4)
 		}},
+		{"causality fails, but not at the missing link", "annotate", "causality (annotate mode) did not fail with \"s1co-md-0-abc: the remediate annotation was never seen\"", func(m, b *Row) {
+			// Someone else annotated it; the MHC's backstop came first anyway.
+			m.Causality[0].Annotated, m.Causality[0].AnnotatedBy = at(30), "kubectl-annotate"
+		}},
 		{"the MHC acted on the observed condition", "condition", "not by its NodeStartupTimeout backstop", func(m, b *Row) {
 			c := &m.Causality[0]
 			c.MHCMarked, c.MHCReason, c.MHCMessage = at(25), MHCReasonUnhealthyMachine, "Health check failed:\n  * Condition "+ShimConditionType+" on Machine is reporting status False with reason GuestNetworkSilent for more than 6s"
