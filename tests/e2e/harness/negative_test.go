@@ -117,6 +117,9 @@ func TestConditionManagerReadsTheStatusSubresource(t *testing.T) {
 		{"a foreign writer", []metav1.ManagedFieldsEntry{entry("kubectl-patch", "cluster.x-k8s.io/v1beta2", "status", ours)}, "kubectl-patch"},
 		{"shared", []metav1.ManagedFieldsEntry{entry(ShimFieldManager, "cluster.x-k8s.io/v1beta2", "status", ours), entry("kubectl-patch", "cluster.x-k8s.io/v1beta2", "status", ours)}, "capc-health-shim,kubectl-patch"},
 		{"only another condition", []metav1.ManagedFieldsEntry{entry("manager", "cluster.x-k8s.io/v1beta2", "status", capi)}, ""},
+		{"a second writer of the reason only", []metav1.ManagedFieldsEntry{entry(ShimFieldManager, "cluster.x-k8s.io/v1beta2", "status", ours),
+			entry("kubectl-patch", "cluster.x-k8s.io/v1beta2", "status", `{"f:status":{"f:conditions":{"k:{\"type\":\"CloudStackVMHealthy\"}":{"f:reason":{}}}}}`)}, "capc-health-shim,kubectl-patch"},
+		{"the key alone is no ownership", []metav1.ManagedFieldsEntry{entry("kubectl-patch", "cluster.x-k8s.io/v1beta2", "status", `{"f:status":{"f:conditions":{"k:{\"type\":\"CloudStackVMHealthy\"}":{".":{},"f:type":{}}}}}`)}, ""},
 	}
 	for _, tc := range cases {
 		if got := ConditionManager(tc.managed, ShimConditionType); got != tc.want {

@@ -374,10 +374,12 @@ func annotationManager(m *clusterv1.Machine, key string) string {
 	return ""
 }
 
-// ConditionManager is the field manager (managers, comma-separated, when shared) owning the
-// status of the conditionType entry of a Machine's condition list, from the managedFields of its
-// status subresource: v1beta2 writers own status.conditions[type], v1beta1 writers (CAPI v1.9's
-// layout) status.v1beta2.conditions[type]; "" if none does.
+// ConditionManager is the field manager (managers, sorted and comma-separated, when several)
+// owning any value of the conditionType entry of a Machine's condition list — status, reason,
+// message, lastTransitionTime, not just the key — from the managedFields of its status
+// subresource: v1beta2 writers own status.conditions[type], v1beta1 writers (CAPI v1.9's layout)
+// status.v1beta2.conditions[type]; "" if none does. Server-side apply shares a field among
+// appliers of the same value, so a second writer shows here even when it kept the status.
 func ConditionManager(managed []metav1.ManagedFieldsEntry, conditionType string) string {
 	var owners []string
 	for _, f := range managed {
@@ -405,8 +407,9 @@ func ConditionManager(managed []metav1.ManagedFieldsEntry, conditionType string)
 			if json.Unmarshal([]byte(raw), &k) != nil || k["type"] != conditionType {
 				continue
 			}
-			if entry, _ := v.(map[string]any); entry != nil {
-				if _, owns := entry["f:status"]; owns && !slices.Contains(owners, f.Manager) {
+			entry, _ := v.(map[string]any)
+			for field := range entry {
+				if field != "." && field != "f:type" && !slices.Contains(owners, f.Manager) {
 					owners = append(owners, f.Manager)
 				}
 			}
