@@ -46,10 +46,15 @@ func TestManagementConditionOwner(t *testing.T) {
 
 	// The body the shim applies (crates/capi-model/src/condition.rs apply_body): v1beta2's
 	// status.conditions where v1beta2 is stored, v1beta1's status.v1beta2.conditions on CAPI v1.9.
+	// Each apply has a lastTransitionTime of its own (whole seconds, as the shim writes them):
+	// server-side apply shares a field among appliers of one value, so two writes within the
+	// same second would share it.
+	ltt := time.Now().UTC().Add(-time.Hour)
 	apply := func(manager, status, reason string) {
 		t.Helper()
+		ltt = ltt.Add(time.Minute)
 		entry := map[string]any{"type": harness.ShimConditionType, "status": status, "reason": reason, "message": "set by " + manager,
-			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}
+			"lastTransitionTime": ltt.Format(time.RFC3339)}
 		u := &unstructured.Unstructured{Object: map[string]any{"kind": "Machine",
 			"metadata": map[string]any{"namespace": ns, "name": m.Name}}}
 		if h.Stack.V1Beta2() {
