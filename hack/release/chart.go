@@ -655,6 +655,7 @@ func chartFiles(b *base) (map[string]string, error) {
 		files["templates/"+name+".yaml"] = sb.String()
 	}
 	files["templates/_helpers.tpl"] = helpersTpl
+	files["templates/validate.yaml"] = validateTpl
 	files["templates/NOTES.txt"] = notesTxt
 	files["Chart.yaml"] = fmt.Sprintf(`# %s
 apiVersion: v2
@@ -804,7 +805,7 @@ rbac:
     # NodeNotLinked guard). Empty: every namespace (deploy/base's rule). A list: a Role and a
     # RoleBinding with get on Secrets in each listed namespace and no cluster-wide rule, as
     # deploy/components/namespaced-secrets does; list the release's namespace too if your
-    # credentials Secrets live there.
+    # credentials Secrets live there (the render fails on an endpointCredentials Secret elsewhere).
     namespaces: []
 
 namespace:
@@ -957,7 +958,7 @@ func valuesReadme(schemaJSON, valuesText string) (string, error) {
 				d = "`" + d + "`"
 			}
 			typ, _ := s["type"].(string)
-			rows = append(rows, fmt.Sprintf("| `%s` | %s | %s | %s |", prefix, typ, d, strings.ReplaceAll(desc, "|", "\\|")))
+			rows = append(rows, fmt.Sprintf("| `%s` | %s | %s | %s |", prefix, typ, d, strings.NewReplacer("|", "\\|", "<", "&lt;", ">", "&gt;").Replace(desc)))
 			return nil
 		}
 		keys := make([]string, 0, len(props))
@@ -1082,5 +1083,19 @@ Secret elsewhere shows in /status as "Secret <ns>/<name>: forbidden (403)".
 
 Prometheus scrapes /metrics only with a token allowed by the ClusterRole
 {{ include "capc-health-shim.fullname" . }}-metrics-reader: bind Prometheus' ServiceAccount to it.
+{{- end }}
+`
+
+// validateTpl renders nothing; it fails the render on values that would install a shim unable
+// to do its work.
+const validateTpl = `{{- /* ` + generatedBy + ` */}}
+{{- /* With Secrets readable per namespace, every --endpoint-credentials Secret must be in one of them. */}}
+{{- if and .Values.rbac.create .Values.rbac.secrets.namespaces }}
+{{- range .Values.endpointCredentials }}
+{{- $ns := .namespace | default $.Release.Namespace }}
+{{- if not (has $ns $.Values.rbac.secrets.namespaces) }}
+{{- fail (printf "endpointCredentials names the Secret %s/%s, but rbac.secrets.namespaces does not list %s: the shim could not read it" $ns .secretName $ns) }}
+{{- end }}
+{{- end }}
 {{- end }}
 `

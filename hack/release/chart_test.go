@@ -309,6 +309,14 @@ func TestTheChartsRBACSwitchAndSecretsChoice(t *testing.T) {
 	if rulesOf(objs) != rulesOf(def)-1 {
 		t.Errorf("the ClusterRole has %d rules, by default %d: it lost more than its Secrets rule", rulesOf(objs), rulesOf(def))
 	}
+	// An --endpoint-credentials Secret outside the listed namespaces could not be read: refused.
+	cred := []string{"endpointCredentials[0].apiUrl=https://cloud.example.com/client/api", "endpointCredentials[0].secretName=ro"}
+	if _, err := helmTemplate(chartDir(t), "shim", "ops", nil, append(cred, "rbac.secrets.namespaces={capi-clusters}")); err == nil || !strings.Contains(err.Error(), "ops/ro") {
+		t.Errorf("endpointCredentials in an unlisted namespace: %v", err)
+	}
+	render(t, "shim", "ops", append(cred, "rbac.secrets.namespaces={capi-clusters,ops}")...)
+	render(t, "shim", "ops", cred...) // cluster-wide: any namespace
+
 	// rbac.create=false: no RBAC at all, the Secrets Roles included.
 	objs = render(t, "shim", "ops", "rbac.create=false", "rbac.secrets.namespaces={capi-clusters}")
 	for _, k := range rbacKinds {
