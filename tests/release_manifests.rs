@@ -575,8 +575,9 @@ async fn the_helm_charts_default_render_applies_strictly_and_the_shim_runs_as_it
     installed.cleanup(&client).await;
 }
 
-/// Issue 43 (3): the chart with another release name, an existing ServiceAccount name and
-/// Secrets read per namespace — its render applies strictly, every object is named after the
+/// Issue 43 (3): the chart with another release name, an existing ServiceAccount name, Secrets
+/// read per namespace and its ServiceMonitor, PrometheusRule and dashboard — its render applies
+/// strictly (the monitoring kinds against the Prometheus Operator's CRDs), every object is named after the
 /// release (so a second release elsewhere collides with nothing), and the shim runs as that
 /// ServiceAccount, holding the Lease the release names, with Secrets readable in the listed
 /// namespaces only.
@@ -604,8 +605,17 @@ async fn the_helm_charts_render_with_other_values_applies_strictly_and_the_shim_
         &format!("rbac.secrets.namespaces={{{}}}", secrets_ns.join(",")),
         "--set",
         "podLabels.team=platform",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        "--set",
+        "monitoring.dashboard.enabled=true",
     ]);
     let objs = docs(&rendered);
+    for want in ["ServiceMonitor", "PrometheusRule", "ConfigMap"] {
+        assert!(objs.iter().any(|o| kind(o) == want), "{want} rendered");
+    }
     for o in &objs {
         let want = if kind(o) == "ServiceAccount" {
             "shim-runner"
@@ -630,6 +640,8 @@ async fn the_helm_charts_render_with_other_values_applies_strictly_and_the_shim_
     let pod = &deployment(&objs)["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"], "shim-runner");
 
+    // The ServiceMonitor and PrometheusRule against the Prometheus Operator's own schema.
+    kube_support::monitoring_crds::ensure_monitoring_crds(&client, FIELD_MANAGER).await;
     let nss: Api<Namespace> = Api::all(client.clone());
     for n in std::iter::once(&ns).chain(&secrets_ns) {
         nss.create(
