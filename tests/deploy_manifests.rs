@@ -695,48 +695,6 @@ fn the_binary_accepts_the_deployments_arguments() {
 // ---------------------------------------------------------------------------------------------
 // The real API server.
 
-/// The Prometheus Operator release whose CRDs the monitoring manifests are applied against.
-/// Its Go module carries them (example/prometheus-operator-crd); the Go module proxy serves it,
-/// as it serves the CAPI and CAPC modules the test API server takes its CRDs from.
-const PROMETHEUS_OPERATOR_MODULE: &str =
-    "github.com/prometheus-operator/prometheus-operator@v0.87.1";
-
-/// The Prometheus Operator's own ServiceMonitor and PrometheusRule CRDs (not part of the test
-/// API server's profiles): with strict field validation every field of our manifests is checked
-/// against the real schema. `go mod download` checks the module against the Go checksum database
-/// and reuses the module cache after the first run.
-fn prometheus_operator_crds() -> Vec<Value> {
-    let out = Command::new("go")
-        .args(["mod", "download", "-json", PROMETHEUS_OPERATOR_MODULE])
-        // Outside any module or workspace: nothing here may touch a go.mod or go.sum.
-        .current_dir(std::env::temp_dir())
-        .env("GOWORK", "off")
-        .env("GOFLAGS", "-modcacherw")
-        .output()
-        .expect("run go mod download");
-    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "go mod download {PROMETHEUS_OPERATOR_MODULE}: {e}; stdout {}; stderr {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(
-        out.status.success() && info.get("Error").is_none(),
-        "go mod download {PROMETHEUS_OPERATOR_MODULE}: {info}"
-    );
-    let dir = Path::new(info["Dir"].as_str().expect("Dir")).join("example/prometheus-operator-crd");
-    ["servicemonitors", "prometheusrules"]
-        .iter()
-        .map(|plural| {
-            let path = dir.join(format!("monitoring.coreos.com_{plural}.yaml"));
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        })
-        .collect()
-}
-
 async fn apply(
     client: &Client,
     gvk: &GroupVersionKind,
@@ -800,21 +758,7 @@ async fn round_trips(client: &Client, gvk: &GroupVersionKind) -> bool {
 }
 
 async fn ensure_monitoring_crds(client: &Client) {
-    for crd in prometheus_operator_crds() {
-        let kind = crd["spec"]["names"]["kind"]
-            .as_str()
-            .expect("CRD kind")
-            .to_string();
-        apply(client, &gvk_of(&crd), None, &crd, false)
-            .await
-            .unwrap_or_else(|e| panic!("the Prometheus Operator's {kind} CRD: {e}"));
-        let gvk = GroupVersionKind::gvk("monitoring.coreos.com", "v1", &kind);
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while !is_served(client, &gvk).await {
-            assert!(std::time::Instant::now() < until, "{kind} CRD not served");
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-    }
+    kube_support::monitoring_crds::ensure_monitoring_crds(client, FIELD_MANAGER).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
 //! The release manifests of `make release-manifests` (hack/release, built from deploy/base) on
 //! the real kube-apiserver. clusterctl's processing of `addon-components.yaml` — done by
 //! clusterctl's own library, variables at their defaults, `--target-namespace` set to a namespace
-//! of this test — and the Helm chart's default render (Helm's own library) are server-side
+//! of this test — and the Helm chart's default render and one with another release name,
+//! ServiceAccount name and Secrets namespaces (Helm's own library) are server-side
 //! applied with strict field validation, dry run first; then the real `capc-health-shim` runs
 //! with the generated Deployment's arguments and environment, authenticated as the generated
 //! ServiceAccount, until it is ready, leads, and answers `/metrics` to a token the generated
@@ -98,6 +99,8 @@ async fn api_for(client: &Client, obj: &Value) -> (Api<DynamicObject>, bool) {
 /// The release's objects in the cluster, and what the test must remove again.
 struct Installed {
     ns: String,
+    /// Namespaces of the test besides the release's (the chart's rbac.secrets.namespaces).
+    other_ns: Vec<String>,
     cluster_scoped: Vec<Value>,
 }
 
@@ -108,7 +111,9 @@ impl Installed {
             let _ = api.delete(name(o), &DeleteParams::default()).await;
         }
         let nss: Api<Namespace> = Api::all(client.clone());
-        let _ = nss.delete(&self.ns, &DeleteParams::default()).await;
+        for ns in std::iter::once(&self.ns).chain(&self.other_ns) {
+            let _ = nss.delete(ns, &DeleteParams::default()).await;
+        }
     }
 }
 
@@ -116,7 +121,17 @@ impl Installed {
 /// Cluster-scoped objects (the ClusterRoles and the binding, which keep their names under
 /// clusterctl and Helm) get this test's namespace as a suffix, so the test does not take over
 /// deploy/base's objects on a shared API server; references to them follow.
-async fn apply_all(client: &Client, mut objs: Vec<Value>, ns: &str) -> Installed {
+async fn apply_all(client: &Client, objs: Vec<Value>, ns: &str) -> Installed {
+    apply_all_in(client, objs, ns, &[]).await
+}
+
+/// apply_all, with objects allowed in `other_ns` too (namespaces the test made).
+async fn apply_all_in(
+    client: &Client,
+    mut objs: Vec<Value>,
+    ns: &str,
+    other_ns: &[String],
+) -> Installed {
     let renamed: BTreeMap<String, String> = objs
         .iter()
         .filter(|o| kind(o) == "ClusterRole")
@@ -139,13 +154,18 @@ async fn apply_all(client: &Client, mut objs: Vec<Value>, ns: &str) -> Installed
     let pp = PatchParams::apply(FIELD_MANAGER).validation_strict();
     let mut installed = Installed {
         ns: ns.to_string(),
+        other_ns: other_ns.to_vec(),
         cluster_scoped: Vec::new(),
     };
     for o in &objs {
         let what = format!("{} {}", kind(o), name(o));
         let (api, namespaced) = api_for(client, o).await;
         if namespaced {
-            assert_eq!(o["metadata"]["namespace"], ns, "{what}");
+            let in_ns = o["metadata"]["namespace"].as_str().unwrap_or_default();
+            assert!(
+                in_ns == ns || other_ns.iter().any(|o| o == in_ns),
+                "{what} in {in_ns}, want {ns} or one of {other_ns:?}"
+            );
         } else if kind(o) != "Namespace" {
             installed.cluster_scoped.push(o.clone());
         }
@@ -227,6 +247,14 @@ async fn run_binary_as_the_release(
     let d = deployment(objs);
     let c = manager(d);
     let pod = &d["spec"]["template"]["spec"];
+    // The Lease the Deployment's flags name (the chart names it after the release).
+    let lease_name = c["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .find_map(|a| a.as_str()?.strip_prefix("--lease-name="))
+        .expect("the Deployment names its Lease (--lease-name)")
+        .to_string();
 
     // The pod the Deployment would create is admitted (Pod Security of the namespace included).
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -321,7 +349,7 @@ async fn run_binary_as_the_release(
             Ok(r) if r.status().as_u16() == 200
         );
         leading = leases
-            .get_opt("capc-health-shim")
+            .get_opt(&lease_name)
             .await
             .expect("GET Lease")
             .and_then(|l| l.spec?.holder_identity)
@@ -345,7 +373,7 @@ async fn run_binary_as_the_release(
         .delete(name(&binding), &DeleteParams::default())
         .await;
     drop(shim);
-    grants_no_more_than_documented(client, ns, sa).await;
+    grants_no_more_than_documented(client, ns, sa, &lease_name, &installed.other_ns).await;
 }
 
 /// Whether the API server would allow ServiceAccount `ns/sa` `verb` on `resource` (what
@@ -378,19 +406,48 @@ async fn can(
 /// Issue 43 (2): the installed ServiceAccount may write its own Lease in its own namespace and
 /// no other Lease anywhere; it may `get` Secrets by name (the documented default, so that CAPC's
 /// Secrets are read wherever they live) but never list or watch them; it deletes nothing.
-async fn grants_no_more_than_documented(client: &Client, ns: &str, sa: &str) {
+///
+/// With `secrets_ns` (the chart's rbac.secrets.namespaces) Secrets are readable there only.
+async fn grants_no_more_than_documented(
+    client: &Client,
+    ns: &str,
+    sa: &str,
+    lease: &str,
+    secrets_ns: &[String],
+) {
     const LEASES: (&str, &str) = ("coordination.k8s.io", "leases");
     const SECRETS: (&str, &str) = ("", "secrets");
     let who = (ns, sa);
     // What it needs (the checks below could not fail if nothing were granted at all).
     for verb in ["get", "patch", "update"] {
         assert!(
-            can(client, who, verb, LEASES, (ns, Some("capc-health-shim"))).await,
-            "{verb} its own Lease"
+            can(client, who, verb, LEASES, (ns, Some(lease))).await,
+            "{verb} its own Lease {lease}"
         );
     }
     assert!(can(client, who, "create", LEASES, (ns, None)).await);
-    assert!(can(client, who, "get", SECRETS, ("default", Some("any"))).await);
+    if secrets_ns.is_empty() {
+        assert!(can(client, who, "get", SECRETS, ("default", Some("any"))).await);
+    } else {
+        for s in secrets_ns {
+            assert!(
+                can(client, who, "get", SECRETS, (s, Some("any"))).await,
+                "get Secrets in {s}"
+            );
+            for verb in ["list", "watch", "create", "delete"] {
+                assert!(
+                    !can(client, who, verb, SECRETS, (s, None)).await,
+                    "{verb} Secrets in {s} must be refused"
+                );
+            }
+        }
+        for other in ["default", "kube-system", ns] {
+            assert!(
+                !can(client, who, "get", SECRETS, (other, Some("any"))).await,
+                "get Secrets in {other} (not listed) must be refused"
+            );
+        }
+    }
     // What it must not do.
     for (verb, namespace, object) in [
         ("create", "kube-system", None),
@@ -402,11 +459,25 @@ async fn grants_no_more_than_documented(client: &Client, ns: &str, sa: &str) {
             "capi-system",
             Some("controller-leader-election-capi"),
         ),
-        ("delete", ns, Some("capc-health-shim")),
+        ("delete", ns, Some(lease)),
     ] {
         assert!(
             !can(client, who, verb, LEASES, (namespace, object)).await,
             "{verb} Lease {namespace}/{object:?} must be refused"
+        );
+    }
+    if lease != "capc-health-shim" {
+        // The Role follows the release: the base's Lease name is not this release's.
+        assert!(
+            !can(
+                client,
+                who,
+                "update",
+                LEASES,
+                (ns, Some("capc-health-shim"))
+            )
+            .await,
+            "update the base's Lease name must be refused to release {lease}"
         );
     }
     for verb in ["list", "watch", "create", "delete"] {
@@ -625,6 +696,87 @@ async fn the_release_bundle_installs_from_an_empty_directory_with_helm_and_clust
     assert_eq!(manager(deployment(&objs))["image"], pinned.as_str());
     let installed = apply_all(&client, objs.clone(), &ns).await;
     run_binary_as_the_release(&cli, &client, &objs, &installed).await;
+    installed.cleanup(&client).await;
+}
+
+/// Issue 43 (3): the chart with another release name, an existing ServiceAccount name, Secrets
+/// read per namespace and its ServiceMonitor, PrometheusRule and dashboard — its render applies
+/// strictly (the monitoring kinds against the Prometheus Operator's CRDs), every object is named after the
+/// release (so a second release elsewhere collides with nothing), and the shim runs as that
+/// ServiceAccount, holding the Lease the release names, with Secrets readable in the listed
+/// namespaces only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn the_helm_charts_render_with_other_values_applies_strictly_and_the_shim_runs_as_that_service_account(
+) {
+    let client = kube_client().await;
+    let ns = test_namespace("release-helm-values");
+    let secrets_ns = vec![
+        test_namespace("release-helm-clusters"),
+        test_namespace("release-helm-keys"),
+    ];
+    let release = "ops";
+    let full = "ops-capc-health-shim"; // the release name does not contain the chart's
+    let rendered = tool(&[
+        "helm-template",
+        "--namespace",
+        &ns,
+        "--release-name",
+        release,
+        "--set",
+        "serviceAccount.name=shim-runner",
+        "--set",
+        &format!("rbac.secrets.namespaces={{{}}}", secrets_ns.join(",")),
+        "--set",
+        "podLabels.team=platform",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        "--set",
+        "monitoring.dashboard.enabled=true",
+    ]);
+    let objs = docs(&rendered);
+    for want in ["ServiceMonitor", "PrometheusRule", "ConfigMap"] {
+        assert!(objs.iter().any(|o| kind(o) == want), "{want} rendered");
+    }
+    for o in &objs {
+        let want = if kind(o) == "ServiceAccount" {
+            "shim-runner"
+        } else {
+            full
+        };
+        assert!(
+            name(o).starts_with(want),
+            "{} {} is not named after the release ({want})",
+            kind(o),
+            name(o)
+        );
+    }
+    let roles_in = |n: &str| {
+        objs.iter()
+            .filter(|o| kind(o) == "Role" && o["metadata"]["namespace"] == n)
+            .count()
+    };
+    for s in &secrets_ns {
+        assert_eq!(roles_in(s), 1, "one Secrets Role in {s}");
+    }
+    let pod = &deployment(&objs)["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "shim-runner");
+
+    // The ServiceMonitor and PrometheusRule against the Prometheus Operator's own schema.
+    kube_support::monitoring_crds::ensure_monitoring_crds(&client, FIELD_MANAGER).await;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    for n in std::iter::once(&ns).chain(&secrets_ns) {
+        nss.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": n}})).unwrap(),
+        )
+        .await
+        .expect("a namespace of the test");
+    }
+    let installed = apply_all_in(&client, objs.clone(), &ns, &secrets_ns).await;
+    run_as_the_release(&client, &objs, &installed).await;
     installed.cleanup(&client).await;
 }
 

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod matrix;
+pub mod monitoring_crds;
 
 use capc_health_shim::status::board::StatusBoard;
 use std::collections::BTreeMap;
