@@ -29,17 +29,12 @@ const VERSION: &str = concat!(
 )]
 struct Cli {
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `capc_health_shim=debug`.
-    #[arg(
-        long,
-        env = "CAPC_HEALTH_SHIM_LOG",
-        default_value = "warn",
-        global = true
-    )]
+    #[arg(long, env = "CAPC_HEALTH_LOG", default_value = "warn", global = true)]
     log: String,
     /// Log line format.
     #[arg(
         long,
-        env = "CAPC_HEALTH_SHIM_LOG_FORMAT",
+        env = "CAPC_HEALTH_LOG_FORMAT",
         value_enum,
         default_value = "text",
         global = true
@@ -67,6 +62,8 @@ enum Command {
     Orphans(cli::orphans::OrphansArgs),
     /// Print the MachineHealthCheck (or the patch to an existing one) that recycles a Cluster's Machines on the shim's verdict.
     Mhc(cli::mhc::MhcArgs),
+    /// After uninstalling: list what the shim left (its Lease and memory ConfigMap, its condition entries and annotations on Machines, MHC entries naming its condition); --yes removes it.
+    Cleanup(cli::cleanup::CleanupArgs),
 }
 
 fn main() -> ExitCode {
@@ -104,6 +101,7 @@ fn main() -> ExitCode {
             Command::Status(args) => cli::status::main(args).await,
             Command::Orphans(args) => cli::orphans::main(args).await,
             Command::Mhc(args) => cli::mhc::main(args).await,
+            Command::Cleanup(args) => cli::cleanup::main(args).await,
         }
     });
     ExitCode::from(code)

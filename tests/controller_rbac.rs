@@ -322,8 +322,9 @@ async fn works_with_only_the_deploy_role(grant: Grant) {
     f.cleanup().await;
 }
 
-/// deploy/base's Role for the orphan memory and its RoleBinding, created in `ns` (the test's
-/// stand-in for the install's namespace); the ConfigMap name the Role grants.
+/// deploy/base's Role in the shim's own namespace (its Lease and orphan memory) and its
+/// RoleBinding, created in `ns` (the test's stand-in for the install's namespace); the
+/// ConfigMap name the Role grants.
 async fn memory_role_in(admin: &kube::Client, ns: &str) -> String {
     let docs = yaml_docs("deploy/base/rbac.yaml");
     let of_kind = |kind: &str| {
@@ -334,9 +335,13 @@ async fn memory_role_in(admin: &kube::Client, ns: &str) -> String {
     };
     let mut role: Role = serde_json::from_value(of_kind("Role")).expect("Role");
     role.metadata.namespace = Some(ns.to_string());
-    let name = role.rules.as_ref().expect("rules")[0]
-        .resource_names
+    let name = role
+        .rules
         .as_ref()
+        .expect("rules")
+        .iter()
+        .find(|r| r.resources.as_deref() == Some(&["configmaps".to_string()][..]))
+        .and_then(|r| r.resource_names.as_ref())
         .expect("the Role grants one ConfigMap by name")[0]
         .clone();
     let mut binding: RoleBinding =

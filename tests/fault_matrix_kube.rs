@@ -42,6 +42,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::Client;
+use kube_support::matrix::{out_dir, secs, MatrixRow};
 use kube_support::{get, http_get, is, kube_client, simulator_with_keys, Fixture};
 use serde_json::{json, Value};
 use test_support::proxy::CutProxy;
@@ -75,77 +76,9 @@ fn sentinel_secret() -> String {
     )
 }
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn out_dir() -> PathBuf {
-    let d = root().join("target/fault-matrix");
-    std::fs::create_dir_all(d.join("logs")).expect("target/fault-matrix");
-    d
-}
-
-fn secs(d: Duration) -> f64 {
-    (d.as_secs_f64() * 10.0).round() / 10.0
-}
-
 /// Seconds from `a` to `b` (negative when `b` is earlier), one decimal.
 fn between(a: Timestamp, b: Timestamp) -> f64 {
     ((b.as_millisecond() - a.as_millisecond()) as f64 / 100.0).round() / 10.0
-}
-
-// ---------------------------------------------------------------------------------------------
-// The fault-matrix row: written when the test ends, passed or not.
-
-struct Row {
-    test: &'static str,
-    fault: &'static str,
-    expected: String,
-    observed: Vec<String>,
-    measured: serde_json::Map<String, Value>,
-    started: Instant,
-}
-
-impl Row {
-    fn new(test: &'static str, fault: &'static str, expected: &str) -> Self {
-        Self {
-            test,
-            fault,
-            expected: expected.to_string(),
-            observed: Vec::new(),
-            measured: serde_json::Map::new(),
-            started: Instant::now(),
-        }
-    }
-
-    fn saw(&mut self, what: impl Into<String>) {
-        let what = what.into();
-        eprintln!("[{}] {what}", self.test);
-        self.observed.push(what);
-    }
-
-    fn measure(&mut self, key: &str, v: impl Into<Value>) {
-        self.measured.insert(key.to_string(), v.into());
-    }
-}
-
-impl Drop for Row {
-    fn drop(&mut self) {
-        let row = json!({
-            "test": self.test,
-            "fault": self.fault,
-            "expected": self.expected,
-            "observed": self.observed.join("; "),
-            "measured": self.measured,
-            "result": if std::thread::panicking() { "fail" } else { "pass" },
-            "run_seconds": secs(self.started.elapsed()),
-        });
-        let path = out_dir().join(format!("{}.json", self.test));
-        let _ = std::fs::write(
-            path,
-            serde_json::to_string_pretty(&row).unwrap_or_default() + "\n",
-        );
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -255,6 +188,30 @@ impl Shim {
             self.name,
             tail(&self.logs(), 30)
         );
+    }
+
+    /// The poll cycles it completed (its `cycle done` lines).
+    fn cycles_done(&self) -> usize {
+        self.logs()
+            .lines()
+            .filter(|l| l.contains("cycle done"))
+            .count()
+    }
+
+    /// Waits until it completed `n` more cycles (within `within`), still running: a window in
+    /// which an absence is asserted is measured in cycles the shim really ran, not in seconds.
+    async fn run_cycles(&mut self, n: usize, within: Duration) {
+        let (start, since) = (self.cycles_done(), Instant::now());
+        while self.cycles_done() < start + n {
+            self.assert_running();
+            assert!(
+                since.elapsed() < within,
+                "{} completed {} of {n} cycles in {within:?}",
+                self.name,
+                self.cycles_done() - start
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
     }
 
     fn logs(&self) -> String {
@@ -418,7 +375,7 @@ async fn assert_no_leaks(
     secret: &str,
     shims: &[&Shim],
     scraped: &[String],
-    row: &mut Row,
+    row: &mut MatrixRow,
 ) {
     let mut texts: Vec<(String, String)> = Vec::new();
     for s in shims {
@@ -570,7 +527,7 @@ async fn the_api_server_goes_away_and_comes_back() {
 async fn outage() {
     let client = kube_client().await;
     let _serial = SERIAL.lock().await;
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         "apiserver_outage",
         "kube-apiserver unreachable for 30 s (proxy cut: connection refused) while the shim binary leads; a VM fails during the gap",
         "the process keeps running; /status reports the problem; no published verdict is lost or flipped (the False and the True Machines unchanged, lastTransitionTimes kept, conditions never missing); after the API server returns the shim resumes writing and the fault injected in the gap is published",
@@ -738,9 +695,8 @@ async fn outage() {
         "still leader, Lease renewed by the same identity {} s after the return; exit status: still running",
         between(restored_at, lease)
     ));
-    // Let the monitor see a few more seconds of the resumed shim.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    shim.assert_running();
+    // Let the monitor see a few more cycles of the resumed shim.
+    shim.run_cycles(3, Duration::from_secs(30)).await;
     let history = monitor.finish().await;
     for (m, h) in &history {
         row.saw(format!("{m}: {}", describe(h)));
@@ -893,7 +849,7 @@ async fn leader_kill(fault: Fault) {
     } else {
         ("leader_killed_mid_escalation", "VMStopped")
     };
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         test,
         if fault == Fault::Error {
             "two shim processes with leader election (Lease 15 s, fixed in run.rs); a VM in Error (False/VMError); the leader is SIGKILLed 8 s into the 40 s escalation delay"
@@ -957,10 +913,17 @@ async fn leader_kill(fault: Fault) {
     let mut a = Shim::start(test, "a", &kubeconfig, "shim-a", &args);
     wait_leader(&a, Duration::from_secs(60)).await;
     let mut b = Shim::start(test, "b", &kubeconfig, "shim-b", &args);
-    wait_for!(Duration::from_secs(60), "b ready as a follower", {
-        let ready = matches!(b.get("/readyz").await, Some((200, _)));
-        b.status().await.filter(|st| ready && st["leader"] == false)
-    });
+    // Ready as a follower, and its /status says where the verdicts are: the Lease's holder.
+    wait_for!(
+        Duration::from_secs(60),
+        "b ready as a follower naming the leader",
+        {
+            let ready = matches!(b.get("/readyz").await, Some((200, _)));
+            b.status()
+                .await
+                .filter(|st| ready && st["leader"] == false && st["leader_identity"] == "shim-a")
+        }
+    );
     wait_verdict(&f, "m-bad", "True", "VMHealthy", Duration::from_secs(90)).await;
     wait_verdict(&f, "m-ok", "True", "VMHealthy", Duration::from_secs(30)).await;
     let monitor = Monitor::start(&f, &["m-bad", "m-ok"]);
@@ -1029,8 +992,7 @@ async fn leader_kill(fault: Fault) {
         "the escalation clock restarted at the takeover ({after_takeover} s)"
     );
     // Let b run a few more cycles: no second write.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    b.assert_running();
+    b.run_cycles(3, Duration::from_secs(30)).await;
     let history = monitor.finish().await;
     for (m, h) in &history {
         row.saw(format!("{m}: {}", describe(h)));
@@ -1088,7 +1050,7 @@ async fn a_leader_cut_off_past_its_lease_does_not_write_after_its_successor_took
     let client = kube_client().await;
     let _serial = SERIAL.lock().await;
     let test = "leader_partitioned";
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         test,
         "two shims; the leader reaches the API server through a proxy that is cut for longer than the 15 s Lease while the follower (direct) takes over and a VM fails; then the proxy comes back",
         "the follower leads and publishes the fault; the old leader runs no cycle after its connection returns and exits with code 5 (lost Lease)",
@@ -1258,7 +1220,7 @@ async fn a_lease_lost_mid_cycle_stops_every_write_of_the_old_leader() {
     /// CloudStack latency per request while the leader's cycle is in flight: longer than the
     /// cut + takeover (≤ ~17 s: Lease 15 s, renewed 7 s before it ends) with room to spare.
     const LATENCY: Duration = Duration::from_secs(35);
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         test,
         "two shims with leader election (Lease 15 s); CloudStack slowed to 35 s per request; while the leader's cycle waits for its listing, a VM goes to Error (False at once: --error-confirm-polls 0, --escalation-delay 0s) and the leader's API server connection (a proxy) is cut until the follower (direct) has taken over, then restored before the listing returns",
         "the old leader sends nothing after the takeover — no condition write, no annotation, no Event (its log shows the writes refused: 'not writing', or dropped unsent when the lost Lease stopped the writer first) — and exits with code 5 ('no longer the leader'); the successor publishes False/VMError (its own lastTransitionTime, after the cut) and exactly one remediate-machine escalation (one annotation PATCH, one RemediationRequested Event, by the successor); the healthy Machines stay True",
@@ -1485,8 +1447,7 @@ async fn a_lease_lost_mid_cycle_stops_every_write_of_the_old_leader() {
         });
     }
     // A few more cycles of b: no second escalation.
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    b.assert_running();
+    b.run_cycles(3, Duration::from_secs(30)).await;
     let history = monitor.finish().await;
     for (m, h) in &history {
         row.saw(format!("{m}: {}", describe(h)));
@@ -1574,7 +1535,7 @@ async fn restart(esc_fault: Fault) {
     } else {
         ("shim_restart_mid_grace", "VMStopped")
     };
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         test,
         if esc_fault == Fault::Error {
             "the shim is SIGKILLed 10 s into a 30 s VMStopped grace (m-stop) and 8 s into the 30 s escalation delay of a False/VMError Machine (m-esc), started again 6 s later (same pod identity)"
@@ -1816,7 +1777,7 @@ async fn a_machine_deleted_while_the_shim_was_down_still_has_its_vm_reported() {
     let client = kube_client().await;
     let _serial = SERIAL.lock().await;
     let test = "shim_restart_orphan_memory";
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         test,
         "the shim is SIGKILLed after it has seen m-gone; while no shim runs, m-gone's CloudStackMachine is deleted without CAPC destroying its VM (a finalizer removed by hand), and its Machine; then a shim with an empty memory (control), then the shim with its own",
         "control: no orphan after --orphan-grace + 3 polls; restarted: 2 CloudStackMachines taken back from the ConfigMap, vm-gone reported instance-of-deleted within --orphan-grace + 3 polls of its start",
@@ -2136,7 +2097,7 @@ async fn flood(droppers: usize) {
             "the shim rewrites its condition after each drop within a few cycles (never missing > 6 s); writes ≈ drops + transitions; others' conditions preserved; no hot loop",
         )
     };
-    let mut row = Row::new(test, fault, expected);
+    let mut row = MatrixRow::new(test, fault, expected);
     let secret = sentinel_secret();
     let f = fixture(
         client.clone(),
@@ -2378,7 +2339,7 @@ async fn standing_verdicts_survive_kill_and_takeover() {
     let client = kube_client().await;
     let _serial = SERIAL.lock().await;
     let test = "standing_verdicts_survive_kill_and_takeover";
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         test,
         "Machines stand at False for every reason (GuestNetworkSilent, NICDetached, NICNoAddress, VMStopped, VMError, VMNotFound, VMDestroyed) and at Unknown (VMInTransition: a VM stuck Starting, inside its grace); the leader is SIGKILLed (a follower takes over), a fresh replica is started, the new leader is SIGKILLed (the fresh one takes over)",
         "zero status flips, zero moved lastTransitionTimes, zero extra Events, zero extra annotations",
@@ -2580,7 +2541,7 @@ async fn one_failed_secret_read_or_listing_writes_nothing() {
     let client = kube_client().await;
     let _serial = SERIAL.lock().await;
     let test = "one_failed_secret_read_or_listing";
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         test,
         "settled Machines (True, False/VMError, False/GuestNetworkSilent); the endpoint Secret is gone for one cycle; later every CloudStack call of one cycle gets a proxy's 503 page",
         "zero condition writes, zero annotations, zero Events; the verdicts stand",
@@ -2754,7 +2715,7 @@ async fn a_new_leader_that_cannot_read_the_secret_yet_writes_nothing() {
     let client = kube_client().await;
     let _serial = SERIAL.lock().await;
     let test = "a_new_leader_that_cannot_read_the_secret_yet";
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         test,
         "settled Machines (True, False/VMError, False/NICDetached); the shim restarts (a fresh controller) while the endpoint Secret is gone, later while the failure domain is gone; grace: 12 polls of 1 s",
         "within the grace: zero condition writes (at the API server), zero Events, the verdicts and their lastTransitionTimes stand; past it: Unknown/CredentialsUnavailable",
@@ -3161,7 +3122,7 @@ async fn a_failed_memory_read_leaves_the_stored_memory_intact() {
     let client = kube_client().await;
     let _serial = SERIAL.lock().await;
     let test = "memory_read_fails_first";
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         test,
         "a leader stored m-gone's CloudStackMachine in its memory and went; m-gone's CloudStackMachine is deleted while no shim watches (its VM runs on); the new leader's first 4 GETs of the memory's ConfigMap are answered 500",
         "the stored memory byte-for-byte the same through every cycle with a failed read; the first read that succeeds takes m-gone-csm back; vm-gone reported instance-of-deleted",
@@ -3330,7 +3291,7 @@ async fn an_unreadable_memory_is_kept_aside_and_reported() {
     let client = kube_client().await;
     let _serial = SERIAL.lock().await;
     let test = "memory_unreadable";
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         test,
         "the memory's ConfigMap holds gzip data that is not the memory's JSON (an instance id where a name belongs)",
         "the stored bytes copied byte-for-byte under the aside key with when and why, before the leader's own memory replaces them; /status names it (read unreadable, kept_aside, a problem) and the gauge is 1; a later leader's writes keep it",
@@ -3622,7 +3583,7 @@ async fn a_stale_relist_changes_nothing() {
     let client = kube_client().await;
     let _serial = SERIAL.lock().await;
     let test = "a_stale_relist_changes_nothing";
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         test,
         "m-flap standing False/VMError, m-ok True; the Machines' watch ends with 410 Expired and the relist is answered from a lagging cache (the Machines as listed before m-flap failed: both True); the watch after it held back for 4 cycles, then let through",
         "zero condition writes and annotation patches (at the API server), zero Events; m-flap stays False/VMError with its lastTransitionTime and m-ok True, while the stale list is all the watch has and after it catches up",

@@ -125,7 +125,7 @@ async fn cli(args: Vec<String>) -> Output {
             .args(&args)
             .env_remove("CAPC_HEALTH_TOKEN")
             .env_remove("CAPC_HEALTH_TOKEN_FILE")
-            .env_remove("CAPC_HEALTH_SHIM_URL")
+            .env_remove("CAPC_HEALTH_URL")
             .output()
             .expect("capc-health-shim runs")
     })

@@ -93,6 +93,7 @@ fn report() -> StatusReport {
         version: "0.1.0".into(),
         generated_at: Some(ts("2026-11-30T10:30:00Z")),
         leader: true,
+        leader_identity: Some("capc-health-shim-0".into()),
         ready: false,
         api: Some(ApiChoice {
             mode: Mode::Annotate,
@@ -300,7 +301,7 @@ async fn shim(args: Vec<String>) -> Output {
     let run = tokio::task::spawn_blocking(move || {
         Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))
             .args(&args)
-            .env_remove("CAPC_HEALTH_SHIM_URL")
+            .env_remove("CAPC_HEALTH_URL")
             .env_remove("CAPC_HEALTH_TOKEN")
             .env_remove("CAPC_HEALTH_TOKEN_FILE")
             .output()
@@ -924,7 +925,7 @@ async fn the_status_command_sends_its_token_and_exits_4_when_refused() {
             .args(args)
             .env("CAPC_HEALTH_TOKEN", GOOD)
             .env_remove("CAPC_HEALTH_TOKEN_FILE")
-            .env_remove("CAPC_HEALTH_SHIM_URL")
+            .env_remove("CAPC_HEALTH_URL")
             .output()
             .expect("runs")
     };

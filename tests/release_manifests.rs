@@ -1,7 +1,8 @@
 //! The release manifests of `make release-manifests` (hack/release, built from deploy/base) on
 //! the real kube-apiserver. clusterctl's processing of `addon-components.yaml` — done by
 //! clusterctl's own library, variables at their defaults, `--target-namespace` set to a namespace
-//! of this test — and the Helm chart's default render (Helm's own library) are server-side
+//! of this test — and the Helm chart's default render and one with another release name,
+//! ServiceAccount name and Secrets namespaces (Helm's own library) are server-side
 //! applied with strict field validation, dry run first; then the real `capc-health-shim` runs
 //! with the generated Deployment's arguments and environment, authenticated as the generated
 //! ServiceAccount, until it is ready, leads, and answers `/metrics` to a token the generated
@@ -14,7 +15,6 @@ mod kube_support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -24,36 +24,13 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{pinned_kind, Scope};
 use kube::Client;
 use kube_support::{
-    free_port, https_accepting_self_signed, kube_client, service_account_token, token_kubeconfig,
+    free_port, https_accepting_self_signed, kube_client, release_tool, service_account_token,
+    token_kubeconfig,
 };
 use serde_json::{json, Value};
 
 const FIELD_MANAGER: &str = "capc-health-shim-release-test";
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
-
-/// hack/release built once per test binary (Go's build cache makes a rebuild instant).
-fn release_tool() -> &'static Path {
-    static TOOL: OnceLock<PathBuf> = OnceLock::new();
-    TOOL.get_or_init(|| {
-        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("release-tool");
-        let status = Command::new(std::env::var("GO").unwrap_or_else(|_| "go".into()))
-            .args(["build", "-o"])
-            .arg(&out)
-            .arg(".")
-            .current_dir(Path::new(REPO).join("hack/release"))
-            // The Makefile's flags (-trimpath among them), so this build shares Go's build cache
-            // with `make release-manifests` and `make test-release` instead of compiling again.
-            .env(
-                "GOFLAGS",
-                std::env::var("GO_BUILD_FLAGS").unwrap_or_else(|_| "-mod=mod -trimpath".into()),
-            )
-            .env("GOWORK", "off")
-            .status()
-            .expect("go (1.25+) runs: hack/release is a Go module");
-        assert!(status.success(), "go build hack/release: {status}");
-        out
-    })
-}
 
 /// Runs the tool; its stdout. The clusterctl variables are unset, so their defaults apply.
 fn tool(args: &[&str]) -> String {
@@ -122,6 +99,8 @@ async fn api_for(client: &Client, obj: &Value) -> (Api<DynamicObject>, bool) {
 /// The release's objects in the cluster, and what the test must remove again.
 struct Installed {
     ns: String,
+    /// Namespaces of the test besides the release's (the chart's rbac.secrets.namespaces).
+    other_ns: Vec<String>,
     cluster_scoped: Vec<Value>,
 }
 
@@ -132,7 +111,9 @@ impl Installed {
             let _ = api.delete(name(o), &DeleteParams::default()).await;
         }
         let nss: Api<Namespace> = Api::all(client.clone());
-        let _ = nss.delete(&self.ns, &DeleteParams::default()).await;
+        for ns in std::iter::once(&self.ns).chain(&self.other_ns) {
+            let _ = nss.delete(ns, &DeleteParams::default()).await;
+        }
     }
 }
 
@@ -140,7 +121,17 @@ impl Installed {
 /// Cluster-scoped objects (the ClusterRoles and the binding, which keep their names under
 /// clusterctl and Helm) get this test's namespace as a suffix, so the test does not take over
 /// deploy/base's objects on a shared API server; references to them follow.
-async fn apply_all(client: &Client, mut objs: Vec<Value>, ns: &str) -> Installed {
+async fn apply_all(client: &Client, objs: Vec<Value>, ns: &str) -> Installed {
+    apply_all_in(client, objs, ns, &[]).await
+}
+
+/// apply_all, with objects allowed in `other_ns` too (namespaces the test made).
+async fn apply_all_in(
+    client: &Client,
+    mut objs: Vec<Value>,
+    ns: &str,
+    other_ns: &[String],
+) -> Installed {
     let renamed: BTreeMap<String, String> = objs
         .iter()
         .filter(|o| kind(o) == "ClusterRole")
@@ -163,13 +154,18 @@ async fn apply_all(client: &Client, mut objs: Vec<Value>, ns: &str) -> Installed
     let pp = PatchParams::apply(FIELD_MANAGER).validation_strict();
     let mut installed = Installed {
         ns: ns.to_string(),
+        other_ns: other_ns.to_vec(),
         cluster_scoped: Vec::new(),
     };
     for o in &objs {
         let what = format!("{} {}", kind(o), name(o));
         let (api, namespaced) = api_for(client, o).await;
         if namespaced {
-            assert_eq!(o["metadata"]["namespace"], ns, "{what}");
+            let in_ns = o["metadata"]["namespace"].as_str().unwrap_or_default();
+            assert!(
+                in_ns == ns || other_ns.iter().any(|o| o == in_ns),
+                "{what} in {in_ns}, want {ns} or one of {other_ns:?}"
+            );
         } else if kind(o) != "Namespace" {
             installed.cluster_scoped.push(o.clone());
         }
@@ -231,10 +227,34 @@ impl Drop for Shim {
 /// on loopback (only --status-addr added), until ready and leading; the generated reader role,
 /// bound to that ServiceAccount, opens /metrics.
 async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Installed) {
+    run_binary_as_the_release(
+        Path::new(env!("CARGO_BIN_EXE_capc-health-shim")),
+        client,
+        objs,
+        installed,
+    )
+    .await
+}
+
+/// [`run_as_the_release`] with another `capc-health-shim` binary (the release bundle's).
+async fn run_binary_as_the_release(
+    binary: &Path,
+    client: &Client,
+    objs: &[Value],
+    installed: &Installed,
+) {
     let ns = installed.ns.as_str();
     let d = deployment(objs);
     let c = manager(d);
     let pod = &d["spec"]["template"]["spec"];
+    // The Lease the Deployment's flags name (the chart names it after the release).
+    let lease_name = c["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .find_map(|a| a.as_str()?.strip_prefix("--lease-name="))
+        .expect("the Deployment names its Lease (--lease-name)")
+        .to_string();
 
     // The pod the Deployment would create is admitted (Pod Security of the namespace included).
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -257,7 +277,7 @@ async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Install
 
     let addr = format!("127.0.0.1:{}", free_port());
     let hostname = format!("release-test-{ns}");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"));
+    let mut cmd = Command::new(binary);
     let args: Vec<&str> = c["args"]
         .as_array()
         .expect("args")
@@ -329,7 +349,7 @@ async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Install
             Ok(r) if r.status().as_u16() == 200
         );
         leading = leases
-            .get_opt("capc-health-shim")
+            .get_opt(&lease_name)
             .await
             .expect("GET Lease")
             .and_then(|l| l.spec?.holder_identity)
@@ -353,6 +373,132 @@ async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Install
         .delete(name(&binding), &DeleteParams::default())
         .await;
     drop(shim);
+    grants_no_more_than_documented(client, ns, sa, &lease_name, &installed.other_ns).await;
+}
+
+/// Whether the API server would allow ServiceAccount `ns/sa` `verb` on `resource` (what
+/// `kubectl auth can-i --as=system:serviceaccount:ns:sa` asks): a SubjectAccessReview.
+async fn can(
+    client: &Client,
+    (ns, sa): (&str, &str),
+    verb: &str,
+    (group, resource): (&str, &str),
+    (namespace, object): (&str, Option<&str>),
+) -> bool {
+    use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": format!("system:serviceaccount:{ns}:{sa}"),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{ns}"), "system:authenticated"],
+            "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                "namespace": namespace, "name": object.unwrap_or_default()},
+        }
+    }))
+    .unwrap();
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let answer = api
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SubjectAccessReview");
+    answer.status.is_some_and(|s| s.allowed)
+}
+
+/// Issue 43 (2): the installed ServiceAccount may write its own Lease in its own namespace and
+/// no other Lease anywhere; it may `get` Secrets by name (the documented default, so that CAPC's
+/// Secrets are read wherever they live) but never list or watch them; it deletes nothing.
+///
+/// With `secrets_ns` (the chart's rbac.secrets.namespaces) Secrets are readable there only.
+async fn grants_no_more_than_documented(
+    client: &Client,
+    ns: &str,
+    sa: &str,
+    lease: &str,
+    secrets_ns: &[String],
+) {
+    const LEASES: (&str, &str) = ("coordination.k8s.io", "leases");
+    const SECRETS: (&str, &str) = ("", "secrets");
+    let who = (ns, sa);
+    // What it needs (the checks below could not fail if nothing were granted at all).
+    for verb in ["get", "patch", "update"] {
+        assert!(
+            can(client, who, verb, LEASES, (ns, Some(lease))).await,
+            "{verb} its own Lease {lease}"
+        );
+    }
+    assert!(can(client, who, "create", LEASES, (ns, None)).await);
+    if secrets_ns.is_empty() {
+        assert!(can(client, who, "get", SECRETS, ("default", Some("any"))).await);
+    } else {
+        for s in secrets_ns {
+            assert!(
+                can(client, who, "get", SECRETS, (s, Some("any"))).await,
+                "get Secrets in {s}"
+            );
+            for verb in ["list", "watch", "create", "delete"] {
+                assert!(
+                    !can(client, who, verb, SECRETS, (s, None)).await,
+                    "{verb} Secrets in {s} must be refused"
+                );
+            }
+        }
+        for other in ["default", "kube-system", ns] {
+            assert!(
+                !can(client, who, "get", SECRETS, (other, Some("any"))).await,
+                "get Secrets in {other} (not listed) must be refused"
+            );
+        }
+    }
+    // What it must not do.
+    for (verb, namespace, object) in [
+        ("create", "kube-system", None),
+        ("update", "kube-system", Some("kube-controller-manager")),
+        ("patch", "kube-system", Some("kube-scheduler")),
+        ("patch", ns, Some("another-controllers-lease")),
+        (
+            "update",
+            "capi-system",
+            Some("controller-leader-election-capi"),
+        ),
+        ("delete", ns, Some(lease)),
+    ] {
+        assert!(
+            !can(client, who, verb, LEASES, (namespace, object)).await,
+            "{verb} Lease {namespace}/{object:?} must be refused"
+        );
+    }
+    if lease != "capc-health-shim" {
+        // The Role follows the release: the base's Lease name is not this release's.
+        assert!(
+            !can(
+                client,
+                who,
+                "update",
+                LEASES,
+                (ns, Some("capc-health-shim"))
+            )
+            .await,
+            "update the base's Lease name must be refused to release {lease}"
+        );
+    }
+    for verb in ["list", "watch", "create", "delete"] {
+        assert!(
+            !can(client, who, verb, SECRETS, ("default", None)).await,
+            "{verb} Secrets must be refused"
+        );
+    }
+    for resource in ["machines", "clusters"] {
+        assert!(
+            !can(
+                client,
+                who,
+                "delete",
+                ("cluster.x-k8s.io", resource),
+                ("default", None)
+            )
+            .await,
+            "delete {resource} must be refused"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -441,6 +587,195 @@ async fn the_helm_charts_default_render_applies_strictly_and_the_shim_runs_as_it
     .await
     .expect("the release namespace");
     let installed = apply_all(&client, objs.clone(), &ns).await;
+    run_as_the_release(&client, &objs, &installed).await;
+    installed.cleanup(&client).await;
+}
+
+/// target/dist/ as `make dist` wrote it (`make test` builds it): the files SHA256SUMS lists.
+fn release_bundle() -> Vec<PathBuf> {
+    let dist = Path::new(REPO).join("target/dist");
+    let sums = std::fs::read_to_string(dist.join("SHA256SUMS"))
+        .unwrap_or_else(|e| panic!("target/dist/SHA256SUMS: {e} (run make dist)"));
+    let mut files = vec![dist.join("SHA256SUMS")];
+    for line in sums.lines() {
+        let (_, name) = line.split_once("  ").expect("sha256sum line");
+        files.push(dist.join(name));
+    }
+    files
+}
+
+/// Issue 43's operator path, from the release bundle alone: its files copied into an empty
+/// directory (no checkout), checked with `sha256sum -c`; the packaged chart rendered by Helm's
+/// library and the clusterctl files processed by clusterctl's, each applied strictly to the real
+/// API server with the image pinned to the bundle's digest; and the bundle's own CLI binary run
+/// with the rendered Deployment's arguments and environment, as its ServiceAccount, until it
+/// leads and answers /metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver and make dist: `make test` runs it (hack/with-apiserver.sh)"]
+async fn the_release_bundle_installs_from_an_empty_directory_with_helm_and_clusterctl() {
+    let client = kube_client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    for f in release_bundle() {
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap()))
+            .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    }
+    let check = Command::new("sha256sum")
+        .args(["-c", "SHA256SUMS"])
+        .current_dir(dir.path())
+        .output()
+        .expect("sha256sum");
+    assert!(check.status.success(), "{check:?}");
+    let digest = std::fs::read_to_string(
+        dir.path()
+            .join(format!("capc-health-shim-v{version}-image-digest")),
+    )
+    .unwrap();
+    let pinned = format!(
+        "ghcr.io/capc-health-shim/capc-health-shim:v{version}@{}",
+        digest.trim()
+    );
+    let cli = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("capc-health-shim-v{version}-linux-"))
+        })
+        .expect("the bundle's CLI");
+    let out = Command::new(&cli)
+        .arg("--version")
+        .output()
+        .expect("the CLI runs");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(version),
+        "{out:?}"
+    );
+
+    // Helm: `helm install <release> capc-health-shim-<version>.tgz -n <ns>`.
+    let ns = test_namespace("bundle-helm");
+    let chart = dir.path().join(format!("capc-health-shim-{version}.tgz"));
+    let objs = docs(&tool(&[
+        "helm-template",
+        "--chart",
+        chart.to_str().unwrap(),
+        "--namespace",
+        &ns,
+    ]));
+    assert_eq!(manager(deployment(&objs))["image"], pinned.as_str());
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+    )
+    .await
+    .expect("the release namespace");
+    let installed = apply_all(&client, objs.clone(), &ns).await;
+    run_binary_as_the_release(&cli, &client, &objs, &installed).await;
+    installed.cleanup(&client).await;
+
+    // clusterctl: the two release assets as a provider repository, `--target-namespace`.
+    let repo = dir.path().join("repository");
+    let vdir = repo.join(format!("addon-capc-health-shim/v{version}"));
+    std::fs::create_dir_all(&vdir).unwrap();
+    for f in ["addon-components.yaml", "metadata.yaml"] {
+        std::fs::copy(dir.path().join(f), vdir.join(f)).unwrap();
+    }
+    let ns = test_namespace("bundle-clusterctl");
+    let processed = tool(&[
+        "clusterctl",
+        "--repo",
+        repo.to_str().unwrap(),
+        "--target-namespace",
+        &ns,
+    ]);
+    assert!(!processed.contains("${"), "a variable left: {processed}");
+    let objs = docs(&processed);
+    assert_eq!(manager(deployment(&objs))["image"], pinned.as_str());
+    let installed = apply_all(&client, objs.clone(), &ns).await;
+    run_binary_as_the_release(&cli, &client, &objs, &installed).await;
+    installed.cleanup(&client).await;
+}
+
+/// Issue 43 (3): the chart with another release name, an existing ServiceAccount name, Secrets
+/// read per namespace and its ServiceMonitor, PrometheusRule and dashboard — its render applies
+/// strictly (the monitoring kinds against the Prometheus Operator's CRDs), every object is named after the
+/// release (so a second release elsewhere collides with nothing), and the shim runs as that
+/// ServiceAccount, holding the Lease the release names, with Secrets readable in the listed
+/// namespaces only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn the_helm_charts_render_with_other_values_applies_strictly_and_the_shim_runs_as_that_service_account(
+) {
+    let client = kube_client().await;
+    let ns = test_namespace("release-helm-values");
+    let secrets_ns = vec![
+        test_namespace("release-helm-clusters"),
+        test_namespace("release-helm-keys"),
+    ];
+    let release = "ops";
+    let full = "ops-capc-health-shim"; // the release name does not contain the chart's
+    let rendered = tool(&[
+        "helm-template",
+        "--namespace",
+        &ns,
+        "--release-name",
+        release,
+        "--set",
+        "serviceAccount.name=shim-runner",
+        "--set",
+        &format!("rbac.secrets.namespaces={{{}}}", secrets_ns.join(",")),
+        "--set",
+        "podLabels.team=platform",
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        "--set",
+        "monitoring.dashboard.enabled=true",
+    ]);
+    let objs = docs(&rendered);
+    for want in ["ServiceMonitor", "PrometheusRule", "ConfigMap"] {
+        assert!(objs.iter().any(|o| kind(o) == want), "{want} rendered");
+    }
+    for o in &objs {
+        let want = if kind(o) == "ServiceAccount" {
+            "shim-runner"
+        } else {
+            full
+        };
+        assert!(
+            name(o).starts_with(want),
+            "{} {} is not named after the release ({want})",
+            kind(o),
+            name(o)
+        );
+    }
+    let roles_in = |n: &str| {
+        objs.iter()
+            .filter(|o| kind(o) == "Role" && o["metadata"]["namespace"] == n)
+            .count()
+    };
+    for s in &secrets_ns {
+        assert_eq!(roles_in(s), 1, "one Secrets Role in {s}");
+    }
+    let pod = &deployment(&objs)["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "shim-runner");
+
+    // The ServiceMonitor and PrometheusRule against the Prometheus Operator's own schema.
+    kube_support::monitoring_crds::ensure_monitoring_crds(&client, FIELD_MANAGER).await;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    for n in std::iter::once(&ns).chain(&secrets_ns) {
+        nss.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": n}})).unwrap(),
+        )
+        .await
+        .expect("a namespace of the test");
+    }
+    let installed = apply_all_in(&client, objs.clone(), &ns, &secrets_ns).await;
     run_as_the_release(&client, &objs, &installed).await;
     installed.cleanup(&client).await;
 }

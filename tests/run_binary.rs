@@ -117,6 +117,21 @@ async fn the_binary_leads_publishes_reports_and_stops_cleanly() {
         .output()
         .expect("status table");
     assert!(String::from_utf8_lossy(&table.stdout).contains("m-error"));
+    // One Cluster (asked of the endpoint) and one Machine of it.
+    let cluster = format!("{}/c1", f.ns);
+    let one = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))
+        .args(["status", "--url", &format!("http://{addr}")])
+        .args(["--cluster", &cluster, "--machine", "m-error"])
+        .output()
+        .expect("status of one Machine");
+    let one = String::from_utf8_lossy(&one.stdout).into_owned();
+    assert!(one.contains("m-error") && !one.contains("m-ok"), "{one}");
+    let elsewhere = Command::new(env!("CARGO_BIN_EXE_capc-health-shim"))
+        .args(["status", "--url", &format!("http://{addr}")])
+        .args(["--cluster", &format!("{}/no-such-cluster", f.ns)])
+        .output()
+        .expect("status of an unknown Cluster");
+    assert_ne!(elsewhere.status.code(), Some(0), "{elsewhere:?}");
     let (code, metrics) = http_get(&format!("http://{addr}/metrics"))
         .await
         .expect("metrics");

@@ -17,7 +17,6 @@
 
 mod kube_support;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,6 +27,7 @@ use capc_health_shim::status::board::StatusBoard;
 use capi_model::apis::Mode;
 use cloudstack_sim::Fault;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube_support::matrix::{out_dir, MatrixRow};
 use kube_support::{get, kube_client, Fixture};
 use serde_json::{json, Value};
 
@@ -36,58 +36,6 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The slow API server's time per PATCH.
 const SLOW: Duration = Duration::from_millis(4500);
-
-fn out_dir() -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fault-matrix");
-    std::fs::create_dir_all(d.join("logs")).expect("target/fault-matrix");
-    d
-}
-
-/// The fault-matrix row: written when the test ends, passed or not.
-struct Row {
-    test: &'static str,
-    fault: &'static str,
-    expected: String,
-    observed: Vec<String>,
-    measured: serde_json::Map<String, Value>,
-    started: Instant,
-}
-
-impl Row {
-    fn new(test: &'static str, fault: &'static str, expected: &str) -> Self {
-        Self {
-            test,
-            fault,
-            expected: expected.into(),
-            observed: Vec::new(),
-            measured: Default::default(),
-            started: Instant::now(),
-        }
-    }
-    fn saw(&mut self, what: impl Into<String>) {
-        let what = what.into();
-        eprintln!("[{}] {what}", self.test);
-        self.observed.push(what);
-    }
-    fn measure(&mut self, key: &str, v: impl Into<Value>) {
-        self.measured.insert(key.into(), v.into());
-    }
-}
-
-impl Drop for Row {
-    fn drop(&mut self) {
-        let row = json!({
-            "test": self.test, "fault": self.fault, "expected": self.expected,
-            "observed": self.observed.join("; "), "measured": self.measured,
-            "result": if std::thread::panicking() { "fail" } else { "pass" },
-            "run_seconds": (self.started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-        });
-        let _ = std::fs::write(
-            out_dir().join(format!("{}.json", self.test)),
-            serde_json::to_string_pretty(&row).unwrap_or_default() + "\n",
-        );
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // A slow API server, as the shim's client sees it.
@@ -265,7 +213,7 @@ where
 #[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn a_write_whose_machine_recovered_before_its_turn_is_not_sent() {
     let _serial = SERIAL.lock().await;
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         "write_of_a_recovered_machine",
         "slow API server (4.5 s per PATCH, one at a time); the VM recovers while its write waits",
         "the queued write (annotate mode: remediate annotation; condition mode: False) is not sent; counted superseded",
@@ -465,7 +413,7 @@ async fn a_write_whose_machine_recovered_before_its_turn_is_not_sent() {
 #[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn a_recreated_machine_refuses_the_write_queued_for_the_old_one() {
     let _serial = SERIAL.lock().await;
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         "write_to_a_recreated_machine",
         "Machine deleted and recreated (same name, new uid) while its write waits behind a slow API server (4.5 s per PATCH)",
         "the write is not made to the new Machine (condition: uid checked against the watch cache before sending; annotation: uid and resourceVersion in the patch, refused by the API server), counted precondition_failed, and the new Machine is decided again",
@@ -701,7 +649,7 @@ async fn recording_proxy(slow: Duration) -> (u16, Arc<Mutex<Vec<Forwarded>>>) {
 #[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
 async fn after_sigterm_no_write_reaches_the_api_server_once_the_lease_is_released() {
     let _serial = SERIAL.lock().await;
-    let mut row = Row::new(
+    let mut row = MatrixRow::new(
         "silence_after_release",
         "SIGTERM while a slow API server (Machine PATCHes answered 4 s late) has writes queued; a scraper holds /metrics mid-request",
         "no write reaches the API server after the Lease release (recording proxy)",

@@ -1389,7 +1389,7 @@ pub fn condition_upsert(data: &[u8]) {
         "read picks our entry of the right list"
     );
     let next = next_condition(prev.as_ref(), ty, &verdict, now);
-    let body = apply_body(layout, "ns", "m", None, &next);
+    let body = apply_body(layout, "ns", "m", &next);
 
     // the body: only our entry, at the layout's place
     assert_eq!(body["apiVersion"], layout.api_version());

@@ -22,8 +22,11 @@ const (
 	// managerContainer is the controller's container, named as clusterctl's contract requires.
 	managerContainer = "manager"
 	// logEnv is the container's log filter variable (the shim's own `--log` fallback); the release
-	// manifests turn its value into a clusterctl variable of the same name / the chart's `log`.
-	logEnv = "CAPC_HEALTH_SHIM_LOG"
+	// manifests turn its value into the clusterctl variable logVar / the chart's `log`.
+	logEnv = "CAPC_HEALTH_LOG"
+	// logVar is the clusterctl variable for the log filter (clusterctl's variables of this
+	// provider share the prefix CAPC_HEALTH_SHIM_; the container's variables are the flags').
+	logVar = "CAPC_HEALTH_SHIM_LOG"
 	// imageVar is the clusterctl variable for the image.
 	imageVar = "CAPC_HEALTH_SHIM_IMAGE"
 	// contract is the Cluster API contract of this release series (docs/versions.md): the shim
@@ -65,6 +68,51 @@ func loadBase(root string) (*base, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// kustomizeBuild is what `kubectl kustomize dir` prints (the same library and defaults as
+// loadBase), for the tests that build every kustomization and example under deploy/. With
+// components, dir is built through an overlay that adds them (a Component cannot be built
+// alone); kustomize takes only relative paths there, so the overlay names them relative to
+// its own temporary directory.
+func kustomizeBuild(dir string, components []string) ([]byte, error) {
+	target := dir
+	if len(components) > 0 {
+		tmp, err := os.MkdirTemp("", "kustomize-overlay-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		rel := func(p string) (string, error) {
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				return "", err
+			}
+			return filepath.Rel(tmp, abs)
+		}
+		base, err := rel(dir)
+		if err != nil {
+			return nil, err
+		}
+		text := "resources:\n- " + base + "\ncomponents:\n"
+		for _, c := range components {
+			r, err := rel(c)
+			if err != nil {
+				return nil, err
+			}
+			text += "- " + r + "\n"
+		}
+		if err := os.WriteFile(filepath.Join(tmp, "kustomization.yaml"), []byte(text), 0o644); err != nil {
+			return nil, err
+		}
+		target = tmp
+	}
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), target)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s (components %v): %w", dir, components, err)
+	}
+	return m.AsYaml()
 }
 
 var workspaceVersionRE = regexp.MustCompile(`(?ms)^\[workspace\.package\]\s*$.*?^version\s*=\s*"([0-9]+\.[0-9]+\.[0-9]+)"`)

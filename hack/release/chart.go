@@ -9,7 +9,9 @@ import (
 	"sort"
 	"strings"
 
+	"sigs.k8s.io/kustomize/kyaml/kio"
 	kyaml "sigs.k8s.io/kustomize/kyaml/yaml"
+	"sigs.k8s.io/yaml"
 )
 
 // The Helm chart is written from deploy/base: each object becomes one template, and the places
@@ -100,6 +102,97 @@ func (g *chartGen) extendList(obj *kyaml.RNode, field, cond string, items ...str
 func (g *chartGen) addKeyLines(obj *kyaml.RNode, body ...string) error {
 	return obj.PipeE(kyaml.SetField(g.token(sub{kind: lines, body: body}), kyaml.NewStringRNode("")))
 }
+
+// replaceKey replaces the key field of the map obj (and its value) by lines; the value as it was.
+func (g *chartGen) replaceKey(obj *kyaml.RNode, field string, body ...string) (string, error) {
+	c := obj.YNode().Content
+	for i := 0; i+1 < len(c); i += 2 {
+		if c[i].Value != field {
+			continue
+		}
+		old, err := nodeYAML(kyaml.NewRNode(c[i+1]))
+		if err != nil {
+			return "", err
+		}
+		c[i] = kyaml.NewScalarRNode(g.token(sub{kind: lines, body: body})).YNode()
+		c[i+1] = kyaml.NewStringRNode("").YNode()
+		return old, nil
+	}
+	return "", fmt.Errorf("%s has no %s", obj.GetName(), field)
+}
+
+// secretsRuleOnlyClusterWide makes the ClusterRole's `secrets` rule (if it has one) conditional:
+// with rbac.secrets.namespaces the chart grants Secrets per namespace instead, as
+// deploy/components/namespaced-secrets does for kustomize.
+func (g *chartGen) secretsRuleOnlyClusterWide(role *kyaml.RNode) error {
+	rules := mustLookup(role, "rules")
+	for i, r := range rules.YNode().Content {
+		res, _ := kyaml.NewRNode(r).Pipe(kyaml.Lookup("resources"))
+		if res == nil {
+			continue
+		}
+		var names []string
+		elems, _ := res.Elements()
+		for _, e := range elems {
+			names = append(names, e.YNode().Value)
+		}
+		if len(names) != 1 || names[0] != "secrets" {
+			continue
+		}
+		text, err := nodeYAML(kyaml.NewRNode(r))
+		if err != nil {
+			return err
+		}
+		body := []string{"{{- if not .Values.rbac.secrets.namespaces }}"}
+		for j, l := range strings.Split(text, "\n") {
+			if j == 0 {
+				body = append(body, "- "+l)
+			} else {
+				body = append(body, "  "+l)
+			}
+		}
+		body = append(body, "{{- end }}")
+		rules.YNode().Content[i] = kyaml.NewScalarRNode(g.token(sub{kind: lines, body: body})).YNode()
+	}
+	return nil
+}
+
+// nameRef is the template text of a base name after the release: the base's names are the
+// chart's name or begin with it (capc-health-shim-leader); the chart's are the fullname or
+// begin with it.
+func nameRef(name string) (string, error) {
+	const full = `{{ include "capc-health-shim.fullname" . }}`
+	switch {
+	case name == chartName:
+		return full, nil
+	case strings.HasPrefix(name, chartName+"-"):
+		return full + strings.TrimPrefix(name, chartName), nil
+	}
+	return "", fmt.Errorf("name %q does not begin with %s: the chart cannot derive it from the release", name, chartName)
+}
+
+// readObjects reads a YAML file of objects (comments dropped, as the base's).
+func readObjects(path string) ([]*kyaml.RNode, error) {
+	text, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := kio.FromBytes(text)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, o := range objs {
+		stripComments(o.YNode())
+	}
+	return objs, nil
+}
+
+const (
+	saNameExpr         = `{{ include "capc-health-shim.serviceAccountName" . }}`
+	instanceLabel      = `app.kubernetes.io/instance: {{ .Release.Name }}`
+	serviceMonitorFile = "deploy/optional/servicemonitor.yaml"
+	secretsReaderFile  = "deploy/components/namespaced-secrets/reader/reader.yaml"
+)
 
 var (
 	tokenRE = regexp.MustCompile(`['"]?(@@HELM[0-9]+@@)['"]?`)
@@ -194,7 +287,8 @@ func chartFiles(b *base) (map[string]string, error) {
 		return nil, err
 	}
 	logDefault := logNode.YNode().Value
-	var egressYAML string
+	var egressYAML, nodeSelectorYAML string
+	serviceMonitorDefaults := map[string]string{}
 
 	// The Deployment's values.
 	g.setScalar(replicasNode, sub{kind: inline, text: "{{ .Values.replicas }}"})
@@ -272,19 +366,170 @@ func chartFiles(b *base) (map[string]string, error) {
 		return nil, err
 	}
 
-	// Every object: the release namespace, the chart's labels; some objects are optional.
-	used := map[string]int{}
+	// The pod's scheduling and metadata values (the conventions of the community charts).
+	if nodeSelectorYAML, err = g.replaceKey(pod, "nodeSelector",
+		"{{- with .Values.nodeSelector }}",
+		"nodeSelector:",
+		"  {{- toYaml . | nindent %N2% }}",
+		"{{- end }}",
+	); err != nil {
+		return nil, err
+	}
+	if err := g.addKeyLines(pod,
+		"{{- with .Values.affinity }}",
+		"affinity:",
+		"  {{- toYaml . | nindent %N2% }}",
+		"{{- end }}",
+		"{{- with .Values.tolerations }}",
+		"tolerations:",
+		"  {{- toYaml . | nindent %N2% }}",
+		"{{- end }}",
+		"{{- with .Values.priorityClassName }}",
+		"priorityClassName: {{ . | quote }}",
+		"{{- end }}",
+	); err != nil {
+		return nil, err
+	}
+	sa, _ := pod.Pipe(kyaml.Lookup("serviceAccountName"))
+	if sa == nil {
+		return nil, fmt.Errorf("the Deployment names no serviceAccountName")
+	}
+	g.setScalar(sa, sub{kind: inline, text: saNameExpr})
+	podMeta := mustLookup(d, "spec", "template", "metadata")
+	if err := g.addKeyLines(podMeta,
+		"{{- with .Values.podAnnotations }}",
+		"annotations:",
+		"  {{- toYaml . | nindent %N2% }}",
+		"{{- end }}",
+	); err != nil {
+		return nil, err
+	}
+	if err := g.addKeyLines(mustLookup(podMeta, "labels"),
+		instanceLabel,
+		"{{- with .Values.podLabels }}",
+		"{{- toYaml . | nindent %N% }}",
+		"{{- end }}",
+	); err != nil {
+		return nil, err
+	}
+	// The Lease and the memory ConfigMap the flags name follow the release.
+	argElems, _ := args.Elements()
+	for _, a := range argElems {
+		flag, value, ok := strings.Cut(a.YNode().Value, "=")
+		if ok && (value == chartName || strings.HasPrefix(value, chartName+"-")) {
+			ref, err := nameRef(value)
+			if err != nil {
+				return nil, err
+			}
+			g.setScalar(a, sub{kind: inline, text: flag + "=" + ref})
+		}
+	}
+
+	// The optional objects that are not part of deploy/base: the ServiceMonitor of
+	// deploy/optional and the per-namespace Secrets reader of deploy/components/namespaced-secrets.
+	type chartObj struct {
+		o      *kyaml.RNode
+		cond   string
+		file   string
+		nsExpr string // the namespace of a namespaced object; default the release's
+		rangeN string // the object is repeated per element of this list, bound to $ns
+	}
+	var chartObjs []chartObj
 	for _, o := range objs {
+		chartObjs = append(chartObjs, chartObj{o: o})
+	}
+	sm, err := readObjects(filepath.Join(b.root, serviceMonitorFile))
+	if err != nil {
+		return nil, err
+	}
+	if len(sm) != 1 || sm[0].GetKind() != "ServiceMonitor" {
+		return nil, fmt.Errorf("%s: want one ServiceMonitor", serviceMonitorFile)
+	}
+	chartObjs = append(chartObjs, chartObj{o: sm[0], cond: ".Values.serviceMonitor.enabled"})
+	reader, err := readObjects(filepath.Join(b.root, secretsReaderFile))
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range reader {
+		if err := o.SetNamespace(ns); err != nil {
+			return nil, err
+		}
+		chartObjs = append(chartObjs, chartObj{o: o, cond: ".Values.rbac.create", rangeN: ".Values.rbac.secrets.namespaces", nsExpr: "{{ $ns }}",
+			file: "secrets-reader-" + strings.ToLower(o.GetKind())})
+	}
+
+	// Every object: its name after the release, the release namespace, the chart's labels;
+	// some objects are optional.
+	used := map[string]int{}
+	for _, co := range chartObjs {
+		o := co.o
 		kind := o.GetKind()
-		cond := ""
-		switch kind {
-		case "Namespace":
+		baseName := o.GetName()
+		cond := co.cond
+		if kind == "Namespace" {
 			cond = ".Values.namespace.create"
 			nameNode, _ := o.Pipe(kyaml.Lookup("metadata", "name"))
 			g.setScalar(nameNode, sub{kind: inline, text: "{{ .Release.Namespace }}"})
+		} else {
+			nameNode := mustLookup(o, "metadata", "name")
+			text := saNameExpr
+			if kind != "ServiceAccount" {
+				if text, err = nameRef(baseName); err != nil {
+					return nil, fmt.Errorf("%s %s: %w", kind, baseName, err)
+				}
+			}
+			g.setScalar(nameNode, sub{kind: inline, text: text})
+		}
+		switch kind {
+		case "ServiceAccount":
+			cond = ".Values.serviceAccount.create"
+			md := mustLookup(o, "metadata")
+			if err := g.addKeyLines(md,
+				"{{- with .Values.serviceAccount.annotations }}",
+				"annotations:",
+				"  {{- toYaml . | nindent %N2% }}",
+				"{{- end }}",
+			); err != nil {
+				return nil, err
+			}
 		case "PodDisruptionBudget":
 			// minAvailable 1 with one replica would block every drain.
 			cond = "gt (int .Values.replicas) 1"
+			if err := g.addKeyLines(mustLookup(o, "spec", "selector", "matchLabels"), instanceLabel); err != nil {
+				return nil, err
+			}
+		case "Service":
+			if err := g.addKeyLines(mustLookup(o, "spec", "selector"), instanceLabel); err != nil {
+				return nil, err
+			}
+		case "Deployment":
+			if err := g.addKeyLines(mustLookup(o, "spec", "selector", "matchLabels"), instanceLabel); err != nil {
+				return nil, err
+			}
+			tscs, _ := o.Pipe(kyaml.Lookup("spec", "template", "spec", "topologySpreadConstraints"))
+			if tscs != nil {
+				elems, _ := tscs.Elements()
+				for _, e := range elems {
+					if ml, _ := e.Pipe(kyaml.Lookup("labelSelector", "matchLabels")); ml != nil {
+						if err := g.addKeyLines(ml, instanceLabel); err != nil {
+							return nil, err
+						}
+					}
+				}
+			}
+		case "ServiceMonitor":
+			if err := g.addKeyLines(mustLookup(o, "spec", "selector", "matchLabels"), instanceLabel); err != nil {
+				return nil, err
+			}
+			eps, _ := mustLookup(o, "spec", "endpoints").Elements()
+			for _, ep := range eps {
+				for _, f := range []string{"interval", "scrapeTimeout"} {
+					if n, _ := ep.Pipe(kyaml.Lookup(f)); n != nil {
+						serviceMonitorDefaults[f] = n.YNode().Value
+						g.setScalar(n, sub{kind: inline, text: "{{ .Values.serviceMonitor." + f + " | quote }}"})
+					}
+				}
+			}
 		case "NetworkPolicy":
 			cond = ".Values.networkPolicy.enabled"
 			egress, err := o.Pipe(kyaml.Lookup("spec", "egress"))
@@ -297,7 +542,42 @@ func chartFiles(b *base) (map[string]string, error) {
 			if err := g.setField(mustLookup(o, "spec"), "egress", sub{kind: block, text: ".Values.networkPolicy.egress"}); err != nil {
 				return nil, err
 			}
+			if err := g.addKeyLines(mustLookup(o, "spec", "podSelector", "matchLabels"), instanceLabel); err != nil {
+				return nil, err
+			}
+		case "ClusterRole", "Role":
+			cond = ".Values.rbac.create"
+			rules, _ := mustLookup(o, "rules").Elements()
+			for _, r := range rules {
+				names, _ := r.Pipe(kyaml.Lookup("resourceNames"))
+				if names == nil {
+					continue
+				}
+				elems, _ := names.Elements()
+				for _, n := range elems {
+					v := n.YNode().Value
+					if v == chartName || strings.HasPrefix(v, chartName+"-") {
+						ref, err := nameRef(v)
+						if err != nil {
+							return nil, err
+						}
+						g.setScalar(n, sub{kind: inline, text: `"` + ref + `"`})
+					}
+				}
+			}
+			if kind == "ClusterRole" {
+				if err := g.secretsRuleOnlyClusterWide(o); err != nil {
+					return nil, err
+				}
+			}
 		case "ClusterRoleBinding", "RoleBinding":
+			cond = ".Values.rbac.create"
+			ref := mustLookup(o, "roleRef", "name")
+			text, err := nameRef(ref.YNode().Value)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", kind, baseName, err)
+			}
+			g.setScalar(ref, sub{kind: inline, text: text})
 			subjects, _ := o.Pipe(kyaml.Lookup("subjects"))
 			if subjects != nil {
 				elems, _ := subjects.Elements()
@@ -305,21 +585,35 @@ func chartFiles(b *base) (map[string]string, error) {
 					if n, _ := s.Pipe(kyaml.Lookup("namespace")); n != nil {
 						g.setScalar(n, sub{kind: inline, text: "{{ .Release.Namespace }}"})
 					}
+					if k, _ := s.GetString("kind"); k == "ServiceAccount" {
+						g.setScalar(mustLookup(s, "name"), sub{kind: inline, text: saNameExpr})
+					}
 				}
 			}
 		}
+		if co.cond != "" && co.cond != cond {
+			cond = "and " + co.cond + " (" + cond + ")"
+		}
 		if !isClusterScoped(kind) {
 			if o.GetNamespace() != ns {
-				return nil, fmt.Errorf("%s %s is not in the base's namespace %s", kind, o.GetName(), ns)
+				return nil, fmt.Errorf("%s %s is not in the base's namespace %s", kind, baseName, ns)
 			}
 			nsNode, _ := o.Pipe(kyaml.Lookup("metadata", "namespace"))
-			g.setScalar(nsNode, sub{kind: inline, text: "{{ .Release.Namespace }}"})
+			nsExpr := co.nsExpr
+			if nsExpr == "" {
+				nsExpr = "{{ .Release.Namespace }}"
+			}
+			g.setScalar(nsNode, sub{kind: inline, text: nsExpr})
 		}
 		labels, err := o.Pipe(kyaml.LookupCreate(kyaml.MappingNode, "metadata", "labels"))
 		if err != nil {
 			return nil, err
 		}
-		if err := g.addKeyLines(labels, `{{- include "capc-health-shim.labels" . | nindent %N% }}`); err != nil {
+		chartLabels := []string{`{{- include "capc-health-shim.labels" . | nindent %N% }}`}
+		if kind == "ServiceMonitor" {
+			chartLabels = append(chartLabels, "{{- with .Values.serviceMonitor.labels }}", "{{- toYaml . | nindent %N% }}", "{{- end }}")
+		}
+		if err := g.addKeyLines(labels, chartLabels...); err != nil {
 			return nil, err
 		}
 
@@ -329,42 +623,40 @@ func chartFiles(b *base) (map[string]string, error) {
 		}
 		rendered, err := g.render(strings.TrimRight(text, "\n"))
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", kind, o.GetName(), err)
+			return nil, fmt.Errorf("%s %s: %w", kind, baseName, err)
 		}
 		if strings.Contains(rendered, ns) {
-			return nil, fmt.Errorf("%s %s still names the base's namespace %q where the chart cannot change it: teach hack/release that field", kind, o.GetName(), ns)
+			return nil, fmt.Errorf("%s %s still names the base's namespace %q where the chart cannot change it: teach hack/release that field", kind, baseName, ns)
 		}
 		var sb strings.Builder
 		sb.WriteString("{{- /* " + generatedBy + " */}}\n")
 		if cond != "" {
 			sb.WriteString("{{- if " + cond + " }}\n")
 		}
+		if co.rangeN != "" {
+			// One object per element: `.` stays the root (with $), the element is $ns.
+			sb.WriteString("{{- range $ns := " + co.rangeN + " }}\n{{- with $ }}\n---\n")
+		}
 		sb.WriteString(rendered + "\n")
+		if co.rangeN != "" {
+			sb.WriteString("{{- end }}\n{{- end }}\n")
+		}
 		if cond != "" {
 			sb.WriteString("{{- end }}\n")
 		}
-		name := strings.ToLower(kind)
-		used[name]++
-		if used[name] > 1 {
-			name = fmt.Sprintf("%s-%s", name, o.GetName())
+		name := co.file
+		if name == "" {
+			name = strings.ToLower(kind)
+			used[name]++
+			if used[name] > 1 {
+				name = fmt.Sprintf("%s-%s", name, baseName)
+			}
 		}
 		files["templates/"+name+".yaml"] = sb.String()
 	}
-	files["templates/_helpers.tpl"] = `{{/* ` + generatedBy + ` */}}
-{{/* The chart's labels, added to the base's own on every object (never to selectors). */}}
-{{- define "capc-health-shim.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-{{- end }}
-`
-	files["templates/NOTES.txt"] = `capc-health-shim {{ .Chart.AppVersion }} is installed in {{ .Release.Namespace }}.
-Which replica leads:
-  kubectl -n {{ .Release.Namespace }} get lease capc-health-shim -o jsonpath='{.spec.holderIdentity}'
-What it sees: port-forward that pod's listener and run ` + "`capc-health-shim status`" + ` (docs/install.md).
-The shim only signals: a MachineHealthCheck must select the Machines (deploy/examples/).
-`
+	files["templates/_helpers.tpl"] = helpersTpl
+	files["templates/validate.yaml"] = validateTpl
+	files["templates/NOTES.txt"] = notesTxt
 	files["Chart.yaml"] = fmt.Sprintf(`# %s
 apiVersion: v2
 name: %s
@@ -379,7 +671,7 @@ appVersion: %q
 	} else if tag != "v"+b.version {
 		return nil, fmt.Errorf("deploy/base's image tag %q is not v%s, the workspace version", tag, b.version)
 	}
-	files["values.yaml"] = valuesYAML(repo, valuesTag, digest, pullPolicy, replicas, resourcesYAML, logDefault, egressYAML) + monitoringValues
+	files["values.yaml"] = valuesYAML(valuesDefaults{repo: repo, tag: valuesTag, digest: digest, pullPolicy: pullPolicy, replicas: replicas, resources: resourcesYAML, log: logDefault, egress: egressYAML, nodeSelector: nodeSelectorYAML, smInterval: serviceMonitorDefaults["interval"], smTimeout: serviceMonitorDefaults["scrapeTimeout"]}) + monitoringValues
 	if err := addMonitoring(b.root, files); err != nil {
 		return nil, err
 	}
@@ -388,6 +680,11 @@ appVersion: %q
 		return nil, err
 	}
 	files["values.schema.json"] = schema
+	readme, err := valuesReadme(schema, files["values.yaml"])
+	if err != nil {
+		return nil, err
+	}
+	files["README.md"] = readme
 	// Every token was used exactly where it was put.
 	all := strings.Join(sortedValues(files), "\n")
 	if tokenRE.MatchString(all) {
@@ -421,30 +718,41 @@ func indentLines(text, indent string) string {
 	return strings.Join(ls, "\n")
 }
 
-func valuesYAML(repo, tag, digest, pullPolicy, replicas, resources, log, egress string) string {
+type valuesDefaults struct {
+	repo, tag, digest, pullPolicy, replicas, resources, log, egress, nodeSelector string
+	smInterval, smTimeout                                                         string
+}
+
+func valuesYAML(v valuesDefaults) string {
 	return `# Values of the capc-health-shim chart. ` + generatedBy + `
-# The defaults are deploy/base's; docs/install.md explains each.
+# The defaults are deploy/base's; README.md (generated from values.schema.json) lists each value.
+
+# Every object's name (and the Lease's, the memory ConfigMap's) is the release name when it
+# contains "capc-health-shim", else <release>-capc-health-shim; fullnameOverride replaces it.
+# Names of cluster-scoped objects (ClusterRoles, the binding) follow, so releases with different
+# names in different namespaces do not collide.
+fullnameOverride: ""
 
 image:
-  repository: ` + repo + `
+  repository: ` + v.repo + `
   # Default: the chart's appVersion.
-  tag: "` + tag + `"
+  tag: "` + v.tag + `"
   # sha256:… pins the image (repository:tag@digest); make release-manifests IMAGE=… sets it to the
   # digest of the image make image built.
-  digest: "` + digest + `"
-  pullPolicy: ` + pullPolicy + `
+  digest: "` + v.digest + `"
+  pullPolicy: ` + v.pullPolicy + `
 # Secrets for pulling the image, e.g. [{name: regcred}].
 imagePullSecrets: []
 
 # Leader election lets one replica poll and write; the others stand by. With more than one
 # replica a PodDisruptionBudget keeps one up during drains.
-replicas: ` + replicas + `
+replicas: ` + v.replicas + `
 
 resources:
-` + indentLines(resources, "  ") + `
+` + indentLines(v.resources, "  ") + `
 
 # The log filter (--log; tracing EnvFilter syntax), e.g. info or capc_health_shim=debug.
-log: ` + log + `
+log: ` + v.log + `
 
 # Read-only CloudStack keys (--endpoint-credentials): per CloudStack endpoint, a Secret with the
 # keys api-key, secret-key and optionally verify-ssl that the shim signs with instead of CAPC's.
@@ -470,6 +778,36 @@ extraEnv: []
 extraVolumes: []
 extraVolumeMounts: []
 
+# The pods' scheduling and metadata.
+nodeSelector:
+` + indentLines(v.nodeSelector, "  ") + `
+tolerations: []
+affinity: {}
+priorityClassName: ""
+podAnnotations: {}
+podLabels: {}
+
+serviceAccount:
+  # Create the ServiceAccount the pods run as; else name an existing one (default: "default").
+  create: true
+  # Default: the fullname.
+  name: ""
+  # e.g. for workload identity.
+  annotations: {}
+
+rbac:
+  # The ClusterRoles, the Role (Lease, memory ConfigMap) and their bindings; with false, grant
+  # what deploy/base/rbac.yaml grants yourself.
+  create: true
+  secrets:
+    # Where the shim may get Secrets (the failure domains' acsEndpoint Secrets, your
+    # --endpoint-credentials/--probe-credentials Secrets, <cluster>-kubeconfig for the
+    # NodeNotLinked guard). Empty: every namespace (deploy/base's rule). A list: a Role and a
+    # RoleBinding with get on Secrets in each listed namespace and no cluster-wide rule, as
+    # deploy/components/namespaced-secrets does; list the release's namespace too if your
+    # credentials Secrets live there (the render fails on an endpointCredentials Secret elsewhere).
+    namespaces: []
+
 namespace:
   # Create the release namespace, labelled to enforce the restricted Pod Security Standard (else
   # use helm install --create-namespace and label it yourself).
@@ -480,13 +818,41 @@ networkPolicy:
   # Egress rules (NetworkPolicy egress). The default allows DNS and TCP 443, 6443, 8080 and 8443
   # to any address; narrow them to your networks with ` + "`to:`" + ` ipBlocks (docs/install.md).
   egress:
-` + indentLines(egress, "    ") + `
+` + indentLines(v.egress, "    ") + `
+
+# A ServiceMonitor (Prometheus Operator CRD) scraping /metrics of every replica through the
+# Service (deploy/optional/servicemonitor.yaml). Prometheus' ServiceAccount must be bound to the
+# ClusterRole <fullname>-metrics-reader.
+serviceMonitor:
+  enabled: false
+  # More labels, e.g. the one your Prometheus' serviceMonitorSelector wants ({release: prometheus}).
+  labels: {}
+  interval: ` + v.smInterval + `
+  scrapeTimeout: ` + v.smTimeout + `
 `
 }
 
-// valuesSchema rejects misspelt or misplaced values (helm install/template validate against it).
+// describe is a copy of a schema with a description (README.md's text of the value).
+func describe(text string, schema map[string]any) map[string]any {
+	out := map[string]any{"description": text}
+	for k, v := range schema {
+		out[k] = v
+	}
+	return out
+}
+
+const (
+	dnsLabel     = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"
+	dnsSubdomain = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
+)
+
+// valuesSchema rejects misspelt or misplaced values (helm install/template validate against it);
+// its descriptions are README.md's.
 func valuesSchema() (string, error) {
 	str := map[string]any{"type": "string"}
+	boolean := map[string]any{"type": "boolean"}
+	object := map[string]any{"type": "object"}
+	strMap := map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"}}
 	obj := func(props map[string]any, required ...string) map[string]any {
 		o := map[string]any{"type": "object", "additionalProperties": false, "properties": props}
 		if len(required) > 0 {
@@ -496,33 +862,60 @@ func valuesSchema() (string, error) {
 	}
 	anyList := map[string]any{"type": "array"}
 	schema := obj(map[string]any{
+		"fullnameOverride": describe("the name of every object, the Lease and the memory ConfigMap (suffixes kept: -leader, -metrics-reader, -memory, …); empty: the release name if it contains capc-health-shim, else <release>-capc-health-shim (63 characters at most)",
+			map[string]any{"type": "string", "pattern": dnsLabel, "maxLength": 63}),
 		"image": obj(map[string]any{
-			"repository": map[string]any{"type": "string", "minLength": 1},
-			"tag":        str,
-			"digest":     map[string]any{"type": "string", "pattern": "^(sha256:[a-f0-9]{64})?$"},
-			"pullPolicy": map[string]any{"type": "string", "enum": []string{"Always", "IfNotPresent", "Never"}},
+			"repository": describe("the image's repository", map[string]any{"type": "string", "minLength": 1}),
+			"tag":        describe("the image's tag; empty: the chart's appVersion", str),
+			"digest":     describe("sha256:… pins the image: repository:tag@digest (make image writes it to target/image/digest)", map[string]any{"type": "string", "pattern": "^(sha256:[a-f0-9]{64})?$"}),
+			"pullPolicy": describe("the container's imagePullPolicy", map[string]any{"type": "string", "enum": []string{"Always", "IfNotPresent", "Never"}}),
 		}, "repository"),
-		"imagePullSecrets": anyList,
-		"replicas":         map[string]any{"type": "integer", "minimum": 0},
-		"resources":        map[string]any{"type": "object"},
-		"log":              map[string]any{"type": "string", "minLength": 1},
-		"endpointCredentials": map[string]any{"type": "array", "items": obj(map[string]any{
-			"apiUrl":     map[string]any{"type": "string", "pattern": "^https?://"},
-			"secretName": map[string]any{"type": "string", "minLength": 1},
-			"namespace":  str,
-		}, "apiUrl", "secretName")},
+		"imagePullSecrets": describe("pull Secrets of the pods, e.g. [{name: regcred}]", anyList),
+		"replicas":         describe("replicas (one leads, the others stand by); with 1 no PodDisruptionBudget is rendered (it would block drains)", map[string]any{"type": "integer", "minimum": 0}),
+		"resources":        describe("the container's resources (a ResourceRequirements)", object),
+		"log":              describe("the log filter, --log (tracing EnvFilter syntax), e.g. info", map[string]any{"type": "string", "minLength": 1}),
+		"endpointCredentials": describe("read-only CloudStack keys: one --endpoint-credentials=<apiUrl>=<namespace>/<secretName> each (namespace: the release's by default)",
+			map[string]any{"type": "array", "items": obj(map[string]any{
+				"apiUrl":     map[string]any{"type": "string", "pattern": "^https?://"},
+				"secretName": map[string]any{"type": "string", "minLength": 1},
+				"namespace":  str,
+			}, "apiUrl", "secretName")}),
 		"extraCA": obj(map[string]any{
-			"secretName":    str,
-			"configMapName": str,
+			"secretName":    describe("a Secret of PEM CA certificates for the CloudStack endpoints, mounted at "+extraCADir+" and added to SSL_CERT_DIR", str),
+			"configMapName": describe("the same from a ConfigMap (set one of the two)", str),
 		}),
-		"extraArgs":         map[string]any{"type": "array", "items": str},
-		"extraEnv":          anyList,
-		"extraVolumes":      anyList,
-		"extraVolumeMounts": anyList,
-		"namespace":         obj(map[string]any{"create": map[string]any{"type": "boolean"}}),
+		"extraArgs":         describe("more flags of capc-health-shim run, e.g. [--mode=observe]", map[string]any{"type": "array", "items": str}),
+		"extraEnv":          describe("more environment variables of the container (EnvVar list)", anyList),
+		"extraVolumes":      describe("more volumes of the pod, e.g. a certificate Secret for --tls-cert-file", anyList),
+		"extraVolumeMounts": describe("more volume mounts of the container", anyList),
+		"nodeSelector":      describe("the pods' nodeSelector", strMap),
+		"tolerations":       describe("the pods' tolerations", anyList),
+		"affinity":          describe("the pods' affinity (the base spreads the replicas over nodes with a topologySpreadConstraint already)", object),
+		"priorityClassName": describe("the pods' priorityClassName", str),
+		"podAnnotations":    describe("more annotations of the pods", strMap),
+		"podLabels":         describe("more labels of the pods (not in selectors)", strMap),
+		"serviceAccount": obj(map[string]any{
+			"create":      describe("create the ServiceAccount the pods run as", boolean),
+			"name":        describe("its name; empty: the fullname if created, else default", map[string]any{"type": "string", "pattern": dnsSubdomain}),
+			"annotations": describe("annotations of the created ServiceAccount", strMap),
+		}),
+		"rbac": obj(map[string]any{
+			"create": describe("create the ClusterRoles, the Role (its Lease and memory ConfigMap) and the bindings of deploy/base/rbac.yaml", boolean),
+			"secrets": obj(map[string]any{
+				"namespaces": describe("empty: get on Secrets in every namespace (deploy/base's rule); a list: no cluster-wide Secrets rule, a Role and RoleBinding <fullname>-secrets with get on Secrets in each namespace listed (deploy/components/namespaced-secrets)",
+					map[string]any{"type": "array", "uniqueItems": true, "items": map[string]any{"type": "string", "minLength": 1, "maxLength": 63, "pattern": dnsLabel}}),
+			}),
+		}),
+		"namespace": obj(map[string]any{"create": describe("render the release namespace, labelled to enforce the restricted Pod Security Standard", boolean)}),
 		"networkPolicy": obj(map[string]any{
-			"enabled": map[string]any{"type": "boolean"},
-			"egress":  anyList,
+			"enabled": describe("render the NetworkPolicy", boolean),
+			"egress":  describe("its egress rules (default: DNS and TCP 443, 6443, 8080, 8443 to any address)", anyList),
+		}),
+		"serviceMonitor": obj(map[string]any{
+			"enabled":       describe("render a ServiceMonitor (Prometheus Operator CRD) scraping /metrics through the Service; bind Prometheus' ServiceAccount to <fullname>-metrics-reader", boolean),
+			"labels":        describe("more labels of the ServiceMonitor, e.g. for your Prometheus' serviceMonitorSelector", strMap),
+			"interval":      describe("the scrape interval", map[string]any{"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"}),
+			"scrapeTimeout": describe("the scrape timeout", map[string]any{"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"}),
 		}),
 		"monitoring": monitoringSchema(),
 	})
@@ -533,6 +926,76 @@ func valuesSchema() (string, error) {
 		return "", err
 	}
 	return string(b) + "\n", nil
+}
+
+// valuesReadme is the chart's README.md: every value of the schema (a leaf: a value without
+// properties of its own) with its type, its default from values.yaml and its description.
+func valuesReadme(schemaJSON, valuesText string) (string, error) {
+	var schema, values map[string]any
+	if err := json.Unmarshal([]byte(schemaJSON), &schema); err != nil {
+		return "", err
+	}
+	if err := yaml.Unmarshal([]byte(valuesText), &values); err != nil {
+		return "", err
+	}
+	var rows []string
+	var walk func(prefix string, s map[string]any, v any) error
+	walk = func(prefix string, s map[string]any, v any) error {
+		props, _ := s["properties"].(map[string]any)
+		if props == nil || prefix == "endpointCredentials" {
+			desc, _ := s["description"].(string)
+			if desc == "" {
+				return fmt.Errorf("values.schema.json: %s has no description", prefix)
+			}
+			def, err := json.Marshal(v)
+			if err != nil {
+				return err
+			}
+			d := string(def)
+			if len(d) > 60 {
+				d = "see values.yaml"
+			} else {
+				d = "`" + d + "`"
+			}
+			typ, _ := s["type"].(string)
+			rows = append(rows, fmt.Sprintf("| `%s` | %s | %s | %s |", prefix, typ, d, strings.NewReplacer("|", "\\|", "<", "&lt;", ">", "&gt;").Replace(desc)))
+			return nil
+		}
+		keys := make([]string, 0, len(props))
+		for k := range props {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		vm, _ := v.(map[string]any)
+		for _, k := range keys {
+			p := k
+			if prefix != "" {
+				p = prefix + "." + k
+			}
+			if err := walk(p, props[k].(map[string]any), vm[k]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk("", schema, values); err != nil {
+		return "", err
+	}
+	return `<!-- ` + generatedBy + ` -->
+# capc-health-shim chart
+
+Publishes CloudStack's verdict on each CAPC Machine's VM as a Machine condition, so Cluster API
+recycles VMs that will never join. Generated from deploy/base; docs/install.md explains the
+install, the grants and the options.
+
+## Values
+
+Generated from values.schema.json (the descriptions) and values.yaml (the defaults); the schema
+refuses any other value.
+
+| value | type | default | what |
+|---|---|---|---|
+` + strings.Join(rows, "\n") + "\n", nil
 }
 
 func sortedValues(m map[string]string) []string {
@@ -568,3 +1031,71 @@ func writeChart(b *base, dir string) error {
 	}
 	return nil
 }
+
+const helpersTpl = `{{/* ` + generatedBy + ` */}}
+{{/* The chart's labels, added to the base's own on every object (never to selectors). */}}
+{{- define "capc-health-shim.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{/* The name of every object (with the base's suffixes: -leader, -metrics-reader, -memory, …),
+of the Lease and of the memory ConfigMap: fullnameOverride, else the release name when it
+contains the chart's name, else <release>-<chart>; at most 63 characters. */}}
+{{- define "capc-health-shim.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceAccount the pods run as (and the bindings name). */}}
+{{- define "capc-health-shim.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "capc-health-shim.fullname" .) }}
+{{- else }}
+{{- .Values.serviceAccount.name | default "default" }}
+{{- end }}
+{{- end }}
+`
+
+const notesTxt = `capc-health-shim {{ .Chart.AppVersion }} is installed in {{ .Release.Namespace }} as {{ include "capc-health-shim.fullname" . }}.
+Which replica leads:
+  kubectl -n {{ .Release.Namespace }} get lease {{ include "capc-health-shim.fullname" . }} -o jsonpath='{.spec.holderIdentity}'
+What it sees: port-forward that pod's listener and run ` + "`capc-health-shim status`" + ` (docs/install.md).
+The shim only signals: a MachineHealthCheck must select the Machines (deploy/examples/).
+{{- if not .Values.rbac.create }}
+
+rbac.create=false: bind the ServiceAccount {{ include "capc-health-shim.serviceAccountName" . }} yourself to what
+deploy/base/rbac.yaml grants (docs/install.md#what-a-fresh-install-grants), the Role's Lease and
+ConfigMap names being {{ include "capc-health-shim.fullname" . }} and {{ include "capc-health-shim.fullname" . }}-memory.
+{{- else if .Values.rbac.secrets.namespaces }}
+
+Secrets are readable only in: {{ join ", " .Values.rbac.secrets.namespaces }}. A failure domain's
+Secret elsewhere shows in /status as "Secret <ns>/<name>: forbidden (403)".
+{{- end }}
+{{- if .Values.serviceMonitor.enabled }}
+
+Prometheus scrapes /metrics only with a token allowed by the ClusterRole
+{{ include "capc-health-shim.fullname" . }}-metrics-reader: bind Prometheus' ServiceAccount to it.
+{{- end }}
+`
+
+// validateTpl renders nothing; it fails the render on values that would install a shim unable
+// to do its work.
+const validateTpl = `{{- /* ` + generatedBy + ` */}}
+{{- /* With Secrets readable per namespace, every --endpoint-credentials Secret must be in one of them. */}}
+{{- if and .Values.rbac.create .Values.rbac.secrets.namespaces }}
+{{- range .Values.endpointCredentials }}
+{{- $ns := .namespace | default $.Release.Namespace }}
+{{- if not (has $ns $.Values.rbac.secrets.namespaces) }}
+{{- fail (printf "endpointCredentials names the Secret %s/%s, but rbac.secrets.namespaces does not list %s: the shim could not read it" $ns .secretName $ns) }}
+{{- end }}
+{{- end }}
+{{- end }}
+`

@@ -58,7 +58,7 @@ func section(t *testing.T, doc, heading string) string {
 }
 
 func TestTheDocumentedClusterctlConfigurationInstallsTheAddon(t *testing.T) {
-	unsetenv(t, imageVar, logEnv)
+	unsetenv(t, imageVar, logVar)
 	b := mustBase(t)
 	cfg := yamlBlock(t, installDoc(t), "type: AddonProvider")
 	var parsed struct {
@@ -140,7 +140,7 @@ func TestTheDocumentedGrantsAreTheBasesRoles(t *testing.T) {
 		}
 		group := strings.TrimSpace(strings.ReplaceAll(cells[2], "`", ""))
 		role := clean(cells[1])
-		// "`capc-health-shim-memory` (Role, in the install's namespace)": the name is the role.
+		// "`capc-health-shim-leader` (Role, in the install's namespace)": the name is the role.
 		if i := strings.Index(role, "("); i >= 0 {
 			role = role[:i]
 		}
@@ -148,7 +148,7 @@ func TestTheDocumentedGrantsAreTheBasesRoles(t *testing.T) {
 	}
 	sortGrants := func(g []grant) {
 		sort.Slice(g, func(i, j int) bool {
-			return strings.Join([]string{g[i].role, g[i].group, g[i].resources}, "|") < strings.Join([]string{g[j].role, g[j].group, g[j].resources}, "|")
+			return strings.Join([]string{g[i].role, g[i].group, g[i].resources, g[i].names}, "|") < strings.Join([]string{g[j].role, g[j].group, g[j].resources, g[j].names}, "|")
 		})
 	}
 	sortGrants(want)
@@ -180,7 +180,8 @@ func TestTheDocumentedHelmValuesAndNetworkPolicyExample(t *testing.T) {
 	}
 	for k, v := range values {
 		names := []string{k}
-		if m, ok := v.(obj); ok && k != "resources" { // resources is one value (a ResourceRequirements)
+		// resources (a ResourceRequirements) and the pods' maps are one value each.
+		if m, ok := v.(obj); ok && !map[string]bool{"resources": true, "nodeSelector": true, "affinity": true, "podAnnotations": true, "podLabels": true}[k] {
 			names = nil
 			for sub := range m {
 				names = append(names, k+"."+sub)

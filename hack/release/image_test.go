@@ -171,7 +171,7 @@ func TestTheSBOMFollowsNormalDependenciesOnly(t *testing.T) {
 // make release-manifests IMAGE=…: clusterctl's default image and the chart's default render name
 // repository:tag@digest; a digest that is not one is refused.
 func TestReleaseFilesPinnedToTheDigest(t *testing.T) {
-	unsetenv(t, imageVar, logEnv)
+	unsetenv(t, imageVar, logVar)
 	digest := "sha256:" + strings.Repeat("ab", 32)
 	digestFile := filepath.Join(t.TempDir(), "digest")
 	if err := os.WriteFile(digestFile, []byte(digest+"\n"), 0o644); err != nil {

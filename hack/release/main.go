@@ -43,7 +43,7 @@ func defaultRoot() string {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: release manifests|chart|clusterctl|helm-template|image|test-image [flags]")
+		return fmt.Errorf("usage: release manifests|chart|clusterctl|helm-template|kustomize|image|test-image|dist [flags]")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	root := fs.String("root", defaultRoot(), "the repository")
@@ -60,7 +60,10 @@ func run(args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "a kubeconfig of a test API server (test-image)")
 	crane := fs.String("crane", "crane", "the crane command (test-image pushes the image with it)")
 	digestFile := fs.String("digest-file", "", "pin --image to the digest in this file (manifests, chart)")
-	var sets, valueFiles multi
+	dir := fs.String("dir", "", "a kustomization directory (kustomize)")
+	imageDir := fs.String("image-dir", "", "what make image wrote (dist)")
+	var sets, valueFiles, components multi
+	fs.Var(&components, "component", "a kustomize Component to build --dir with (kustomize; repeatable)")
 	fs.Var(&sets, "set", "a value, as helm --set (repeatable)")
 	fs.Var(&valueFiles, "values", "a values file (repeatable)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -128,6 +131,34 @@ func run(args []string) error {
 			return err
 		}
 		fmt.Print(text)
+	case "kustomize":
+		if *dir == "" {
+			return fmt.Errorf("kustomize: --dir is required")
+		}
+		text, err := kustomizeBuild(*dir, components)
+		if err != nil {
+			return err
+		}
+		os.Stdout.Write(text)
+	case "dist":
+		if *out == "" || *imageDir == "" {
+			return fmt.Errorf("dist: --out and --image-dir are required")
+		}
+		b, err := loadBase(*root)
+		if err != nil {
+			return err
+		}
+		files, err := makeDist(b, *imageDir, *imageRef, *out)
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			st, err := os.Stat(filepath.Join(*out, f))
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%10d  %s\n", st.Size(), filepath.Join(*out, f))
+		}
 	case "image":
 		if *binary == "" || *out == "" {
 			return fmt.Errorf("image: --binary and --out are required")

@@ -58,12 +58,23 @@ func addMonitoring(root string, files map[string]string) error {
 		ruleLabels = append(ruleLabels, fmt.Sprintf("    %s: %q", k, v))
 	}
 	sort.Strings(ruleLabels)
+	ruleName, err := nameRef(rule.Metadata.Name)
+	if err != nil {
+		return err
+	}
+	dashboardName, err := nameRef(dashboardConfigMap)
+	if err != nil {
+		return err
+	}
 	files["templates/monitoring.yaml"] = `{{/* ` + generatedBy + ` from ` + monitoringDir + ` */}}
 {{- if .Values.monitoring.prometheusRule.enabled }}
+{{- if not (or .Values.serviceMonitor.enabled .Values.monitoring.prometheusRule.scrapedElsewhere) }}
+{{- fail "monitoring.prometheusRule.enabled without serviceMonitor.enabled: nothing would scrape the shim and CAPCHealthNoLeader would fire. Set serviceMonitor.enabled=true, or monitoring.prometheusRule.scrapedElsewhere=true if your Prometheus scrapes the shim's /metrics by other means." }}
+{{- end }}
 apiVersion: monitoring.coreos.com/v1
 kind: PrometheusRule
 metadata:
-  name: ` + rule.Metadata.Name + `
+  name: ` + ruleName + `
   namespace: {{ .Release.Namespace }}
   labels:
 ` + strings.Join(ruleLabels, "\n") + `
@@ -79,7 +90,7 @@ spec:
 apiVersion: v1
 kind: ConfigMap
 metadata:
-  name: ` + dashboardConfigMap + `
+  name: ` + dashboardName + `
   namespace: {{ .Values.monitoring.dashboard.namespace | default .Release.Namespace }}
   labels:
     grafana_dashboard: "1"
@@ -103,7 +114,10 @@ const monitoringValues = `
 # labelled grafana_dashboard: "1" for Grafana's dashboard sidecar.
 monitoring:
   prometheusRule:
+    # Needs serviceMonitor.enabled (or scrapedElsewhere): CAPCHealthNoLeader fires without a scrape.
     enabled: false
+    # Your Prometheus scrapes the shim without the chart's ServiceMonitor (e.g. a PodMonitor).
+    scrapedElsewhere: false
     # More labels, e.g. the one your Prometheus' ruleSelector wants ({release: prometheus}).
     labels: {}
   dashboard:
@@ -118,8 +132,12 @@ func monitoringSchema() map[string]any {
 	boolean := map[string]any{"type": "boolean"}
 	return map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
 		"prometheusRule": map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
-			"enabled": boolean, "labels": labels}},
+			"enabled":          describe("the alerts of docs/alerts.md as a PrometheusRule (Prometheus Operator CRD); needs serviceMonitor.enabled or scrapedElsewhere (CAPCHealthNoLeader fires without a scrape)", boolean),
+			"scrapedElsewhere": describe("the shim's /metrics is scraped without the chart's ServiceMonitor: allows prometheusRule without serviceMonitor", boolean),
+			"labels":           describe("more labels of the PrometheusRule, e.g. for your Prometheus' ruleSelector", labels)}},
 		"dashboard": map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{
-			"enabled": boolean, "namespace": map[string]any{"type": "string"}, "labels": labels}},
+			"enabled":   describe(`the Grafana dashboard in a ConfigMap labelled grafana_dashboard: "1" (Grafana's sidecar)`, boolean),
+			"namespace": describe("the dashboard ConfigMap's namespace (empty: the release's)", map[string]any{"type": "string"}),
+			"labels":    describe("more labels of the dashboard ConfigMap", labels)}},
 	}}
 }

@@ -33,6 +33,7 @@ func TestTheChartRendersTheMonitoringComponent(t *testing.T) {
 	const ns = "ops-shim"
 	text, err := helmTemplate(chartDir(t), "capc-health-shim", ns, nil, []string{
 		"monitoring.prometheusRule.enabled=true",
+		"serviceMonitor.enabled=true", // the rule needs a scrape (chart_test.go)
 		"monitoring.prometheusRule.labels.release=prometheus",
 		"monitoring.dashboard.enabled=true",
 		"monitoring.dashboard.namespace=monitoring",

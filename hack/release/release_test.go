@@ -220,14 +220,14 @@ func TestTheComponentsFileFollowsTheContract(t *testing.T) {
 	if !strings.HasPrefix(c["image"].(string), "${"+imageVar+":=") {
 		t.Errorf("image %v is not the variable %s", c["image"], imageVar)
 	}
-	if v := envOf(c)[logEnv]; !strings.HasPrefix(v.(string), "${"+logEnv+":=") {
+	if v := envOf(c)[logEnv]; !strings.HasPrefix(v.(string), "${"+logVar+":=") {
 		t.Errorf("env %s=%v is not the variable", logEnv, v)
 	}
 }
 
 // clusterctl with no variables set: the defaults make exactly deploy/base, plus the labels.
 func TestClusterctlWithDefaultsInstallsExactlyTheBase(t *testing.T) {
-	unsetenv(t, imageVar, logEnv)
+	unsetenv(t, imageVar, logVar)
 	b := mustBase(t)
 	_, url := writeRepo(t, b)
 	comps, err := clusterctlGenerate(context.Background(), url, "v"+b.version, "")
@@ -240,7 +240,7 @@ func TestClusterctlWithDefaultsInstallsExactlyTheBase(t *testing.T) {
 	}
 	vars := comps.Variables()
 	sort.Strings(vars)
-	if want := []string{imageVar, logEnv}; !reflect.DeepEqual(vars, want) {
+	if want := []string{imageVar, logVar}; !reflect.DeepEqual(vars, want) {
 		t.Errorf("variables %v, want %v", vars, want)
 	}
 	if got := comps.ManifestLabel(); got != providerLabel {
@@ -280,7 +280,7 @@ func TestClusterctlWithDefaultsInstallsExactlyTheBase(t *testing.T) {
 // Namespace and the binding's subject move; the base's namespace is named nowhere else.
 func TestClusterctlTargetNamespaceAndVariables(t *testing.T) {
 	t.Setenv(imageVar, "registry.example.com/mirror/capc-health-shim:v0.1.0-rc1")
-	t.Setenv(logEnv, "info,capc_health_shim=debug")
+	t.Setenv(logVar, "info,capc_health_shim=debug")
 	b := mustBase(t)
 	_, url := writeRepo(t, b)
 	const target = "ops-capc-health"
@@ -321,7 +321,7 @@ func TestClusterctlTargetNamespaceAndVariables(t *testing.T) {
 // metadata.yaml passes clusterctl's validation (the tests above read it through clusterctl); the
 // same path refuses what the contract forbids, so passing means something.
 func TestMetadataIsValidatedByClusterctl(t *testing.T) {
-	unsetenv(t, imageVar, logEnv)
+	unsetenv(t, imageVar, logVar)
 	b := mustBase(t)
 	text, err := metadataYAML(b)
 	if err != nil {
@@ -454,6 +454,14 @@ func TestTheChartWithDefaultValuesRendersTheBase(t *testing.T) {
 		if labels(g)["app.kubernetes.io/managed-by"] != "Helm" || labels(g)["app.kubernetes.io/instance"] != "capc-health-shim" {
 			t.Errorf("%s: Helm's labels missing: %v", k, labels(g))
 		}
+		// The chart's selectors (and the pods' labels) hold the release too, so that two
+		// releases never select each other's pods; the base's have no release to name.
+		for _, sel := range selectorsOf(g) {
+			if sel["app.kubernetes.io/instance"] != "capc-health-shim" {
+				t.Errorf("%s: selector %v without the release", k, sel)
+			}
+			delete(sel, "app.kubernetes.io/instance")
+		}
 		if stripped := withoutLabels(t, g, helmLabels...); !reflect.DeepEqual(stripped, w) {
 			gb, _ := yaml.Marshal(stripped)
 			wb, _ := yaml.Marshal(w)
@@ -508,7 +516,8 @@ networkPolicy:
 		t.Fatal(err)
 	}
 	objs := byKey(t, parseDocs(t, text))
-	if _, ok := objs["PodDisruptionBudget/capc-health-shim"]; ok {
+	const full = "shim-capc-health-shim" // the release name does not contain the chart's
+	if _, ok := objs["PodDisruptionBudget/"+full]; ok {
 		t.Error("a PodDisruptionBudget with one replica would block every drain")
 	}
 	if n := objs["Namespace/"+ns]; n == nil || labels(n)["pod-security.kubernetes.io/enforce"] != "restricted" {
@@ -519,10 +528,10 @@ networkPolicy:
 			t.Errorf("%s in %v", k, get(o, "metadata", "namespace"))
 		}
 	}
-	if s := get(objs["ClusterRoleBinding/capc-health-shim"], "subjects").([]any); s[0].(obj)["namespace"] != ns {
+	if s := get(objs["ClusterRoleBinding/"+full], "subjects").([]any); s[0].(obj)["namespace"] != ns {
 		t.Errorf("binding subject %v", s[0])
 	}
-	d := objs["Deployment/capc-health-shim"]
+	d := objs["Deployment/"+full]
 	if get(d, "spec", "replicas") != float64(1) {
 		t.Errorf("replicas %v", get(d, "spec", "replicas"))
 	}
@@ -537,7 +546,7 @@ networkPolicy:
 	for _, a := range c["args"].([]any) {
 		args = append(args, a.(string))
 	}
-	wantArgs := []string{"run", "--log-format=json",
+	wantArgs := []string{"run", "--log-format=json", "--lease-name=" + full, "--orphan-memory-configmap=" + full + "-memory",
 		"--endpoint-credentials=https://cloud.example.com/client/api=" + ns + "/capc-health-shim-cloudstack-readonly",
 		"--endpoint-credentials=https://other.example.com/client/api=keys/ro-key",
 		"--mode=observe"}
@@ -567,7 +576,7 @@ networkPolicy:
 	if ps := get(d, "spec", "template", "spec", "imagePullSecrets").([]any); ps[0].(obj)["name"] != "regcred" {
 		t.Errorf("imagePullSecrets %v", ps)
 	}
-	np := objs["NetworkPolicy/capc-health-shim"]
+	np := objs["NetworkPolicy/"+full]
 	egress := get(np, "spec", "egress").([]any)
 	if len(egress) != 1 || get(egress[0].(obj), "to") == nil {
 		t.Errorf("egress %v", egress)
@@ -579,10 +588,10 @@ networkPolicy:
 		t.Fatal(err)
 	}
 	objs = byKey(t, parseDocs(t, text))
-	if _, ok := objs["NetworkPolicy/capc-health-shim"]; ok {
+	if _, ok := objs["NetworkPolicy/"+full]; ok {
 		t.Error("networkPolicy.enabled=false still renders it")
 	}
-	vols = get(objs["Deployment/capc-health-shim"], "spec", "template", "spec", "volumes").([]any)
+	vols = get(objs["Deployment/"+full], "spec", "template", "spec", "volumes").([]any)
 	if len(vols) != 1 || get(vols[0].(obj), "secret", "secretName") != "corporate-ca" {
 		t.Errorf("volumes %v", vols)
 	}
@@ -592,7 +601,7 @@ networkPolicy:
 	if err != nil {
 		t.Fatal(err)
 	}
-	d = byKey(t, parseDocs(t, text))["Deployment/capc-health-shim"]
+	d = byKey(t, parseDocs(t, text))["Deployment/"+full]
 	c = managerContainerOf(t, d)
 	vols = get(d, "spec", "template", "spec", "volumes").([]any)
 	mounts, _ = c["volumeMounts"].([]any)
@@ -609,4 +618,30 @@ networkPolicy:
 			t.Errorf("--set %s was accepted", bad)
 		}
 	}
+}
+
+// selectorsOf are the label maps of an object that select the shim's pods, and the pods' own.
+func selectorsOf(o obj) []obj {
+	var out []obj
+	add := func(v any) {
+		if m, ok := v.(obj); ok {
+			out = append(out, m)
+		}
+	}
+	switch o["kind"] {
+	case "Deployment":
+		add(get(o, "spec", "selector", "matchLabels"))
+		add(get(o, "spec", "template", "metadata", "labels"))
+		tscs, _ := get(o, "spec", "template", "spec", "topologySpreadConstraints").([]any)
+		for _, c := range tscs {
+			add(get(c.(obj), "labelSelector", "matchLabels"))
+		}
+	case "Service":
+		add(get(o, "spec", "selector"))
+	case "PodDisruptionBudget", "ServiceMonitor":
+		add(get(o, "spec", "selector", "matchLabels"))
+	case "NetworkPolicy":
+		add(get(o, "spec", "podSelector", "matchLabels"))
+	}
+	return out
 }

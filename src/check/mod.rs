@@ -63,51 +63,72 @@ pub struct CheckArgs {
     #[arg(long, env = "CLOUDSTACK_CREDENTIALS_FILE", value_name = "PATH")]
     pub credentials_file: Option<PathBuf>,
     /// Project id (`-1` for all projects the key can see).
-    #[arg(long)]
+    #[arg(long, env = "CAPC_HEALTH_PROJECT")]
     pub project: Option<String>,
     /// Zone id.
-    #[arg(long)]
+    #[arg(long, env = "CAPC_HEALTH_ZONE")]
     pub zone: Option<String>,
     /// Account name (with --domain-id).
-    #[arg(long, requires = "domain_id")]
+    #[arg(long, env = "CAPC_HEALTH_ACCOUNT", requires = "domain_id")]
     pub account: Option<String>,
     /// Domain id (with --account).
-    #[arg(long)]
+    #[arg(long, env = "CAPC_HEALTH_DOMAIN_ID")]
     pub domain_id: Option<String>,
     /// VM ids to judge (repeatable); default: every VM the listing shows.
-    #[arg(long = "vm", value_name = "ID")]
+    #[arg(
+        long = "vm",
+        env = "CAPC_HEALTH_VM",
+        value_delimiter = ',',
+        value_name = "ID"
+    )]
     pub vms: Vec<String>,
     /// How many polls to run.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "CAPC_HEALTH_POLLS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub polls: u32,
     /// Time between polls (also the poll interval the graces assume). Sub-second values are
     /// for simulators whose clock runs fast.
-    #[arg(long, default_value = "30s", value_parser = duration_in(SignedDuration::from_millis(100), SignedDuration::from_hours(1)))]
+    #[arg(long, env = "CAPC_HEALTH_INTERVAL", default_value = "30s", value_parser = duration_in(SignedDuration::from_millis(100), SignedDuration::from_hours(1)))]
     pub interval: SignedDuration,
     /// Stop early once no verdict is waiting on a grace and the last two polls agree.
-    #[arg(long)]
+    #[arg(long, env = "CAPC_HEALTH_UNTIL_SETTLED")]
     pub until_settled: bool,
     /// Use listVirtualMachinesMetrics (CAPC's call) instead of listVirtualMachines.
-    #[arg(long)]
+    #[arg(long, env = "CAPC_HEALTH_METRICS_API")]
     pub metrics_api: bool,
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(
+        long,
+        env = "CAPC_HEALTH_USAGE_HISTORY",
+        value_enum,
+        default_value = "auto"
+    )]
     pub usage_history: UsageHistoryMode,
     /// Do not verify the endpoint's TLS certificate (like `verify-ssl: "false"`).
-    #[arg(long)]
+    #[arg(long, env = "CAPC_HEALTH_INSECURE_SKIP_TLS_VERIFY")]
     pub insecure_skip_tls_verify: bool,
     /// Extra CA certificates (PEM) to trust for the endpoint.
-    #[arg(long, value_name = "FILE")]
+    #[arg(
+        long = "ca-file",
+        visible_alias = "ca-bundle",
+        env = "CAPC_HEALTH_CA_FILE",
+        value_name = "FILE"
+    )]
     pub ca_bundle: Option<PathBuf>,
     /// Timeout of one HTTP request.
-    #[arg(long, default_value = "15s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_mins(10)))]
+    #[arg(long, env = "CAPC_HEALTH_REQUEST_TIMEOUT", default_value = "15s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_mins(10)))]
     pub request_timeout: SignedDuration,
-    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    #[arg(
+        short = 'o',
+        long,
+        env = "CAPC_HEALTH_OUTPUT",
+        value_enum,
+        default_value = "table"
+    )]
     pub output: OutputFormat,
     #[command(flatten)]
     pub graces: GraceArgs,
     /// The opt-in guest probe's key (a file like --credentials-file, of an account whose role
     /// has type Admin; docs/guest-probe.md). Without it the probe is off.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, env = "CAPC_HEALTH_PROBE_CREDENTIALS_FILE", value_name = "PATH")]
     pub probe_credentials_file: Option<PathBuf>,
     #[command(flatten)]
     pub probe: ProbeArgs,

@@ -16,22 +16,26 @@ use capi_model::well_known;
 #[derive(Debug, Clone, Args)]
 pub struct MhcArgs {
     /// The Cluster, as `namespace/name`.
-    #[arg(long)]
+    #[arg(long, env = "CAPC_HEALTH_CLUSTER")]
     pub cluster: String,
     /// `auto` (ask the API server of KUBECONFIG or the in-cluster config) or a Cluster API
     /// minor version such as `1.9` or `1.13`.
-    #[arg(long, default_value = "auto")]
+    #[arg(long, env = "CAPC_HEALTH_CAPI_VERSION", default_value = "auto")]
     pub capi_version: String,
     /// An existing MachineHealthCheck (YAML or JSON, as `kubectl get mhc NAME -o yaml` prints
     /// it): print the merge patch that adds the shim's condition to it instead.
-    #[arg(long)]
+    #[arg(long, env = "CAPC_HEALTH_EXISTING")]
     pub existing: Option<PathBuf>,
     /// The condition the shim writes (`run --condition-type`).
-    #[arg(long, default_value = "CloudStackVMHealthy")]
+    #[arg(
+        long,
+        env = "CAPC_HEALTH_CONDITION_TYPE",
+        default_value = "CloudStackVMHealthy"
+    )]
     pub condition_type: String,
     /// How long the condition must stay `False` before MHC marks the Machine (its
     /// `timeoutSeconds`: the part `--escalation-delay` plays in annotate mode).
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, env = "CAPC_HEALTH_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub timeout: SignedDuration,
 }
 

@@ -5,9 +5,12 @@
 //! - [`status`]: `capc-health-shim status --url URL`, for humans.
 //! - [`orphans`]: `capc-health-shim orphans --url URL`, the VMs it reports with the commands
 //!   that would remove them (never run).
+//! - [`cleanup`]: `capc-health-shim cleanup`, what the shim left behind after an uninstall
+//!   (its Lease, memory ConfigMap, fields on Machines, MHC entries), removed with `--yes`.
 //! - [`mhc`]: `capc-health-shim mhc --cluster NS/NAME`, the MachineHealthCheck (or the patch
 //!   to one) that acts on the shim's verdict for the Cluster API version in use.
 
+pub mod cleanup;
 pub mod mhc;
 pub mod orphans;
 pub mod status;
@@ -109,61 +112,62 @@ pub fn to_std(d: SignedDuration) -> std::time::Duration {
 #[derive(Debug, Clone, Args)]
 pub struct GraceArgs {
     /// Further polls that must still show Error before VMError is False.
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=1000))]
+    #[arg(long, env = "CAPC_HEALTH_ERROR_CONFIRM_POLLS", default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub error_confirm_polls: u32,
     /// How long a VM may be Stopped/Shutdown before VMStopped is False.
-    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_STOPPED_GRACE", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub stopped_grace: SignedDuration,
     /// Complete listings in a row that must miss the VM (or show it Destroyed/Expunging).
-    #[arg(long, default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, env = "CAPC_HEALTH_NOT_FOUND_POLLS", default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub not_found_polls: u32,
     /// How long a VM may stay Starting/Stopping/Restoring.
-    #[arg(long, default_value = "15m", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_TRANSITION_GRACE", default_value = "15m", value_parser = parse_duration, value_name = "DURATION")]
     pub transition_grace: SignedDuration,
     /// How long a VM may be Stopped/Shutdown before VMStopped is False when its offering is
     /// HA-enabled (CloudStack's HA restarts such a VM by itself).
-    #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_STOPPED_HA_GRACE", default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
     pub stopped_ha_grace: SignedDuration,
     /// After this long with its host Offline/Unknown, the HostUnreachable message says
     /// CloudStack has not acted; host state alone never makes the condition False.
-    #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_HOST_UNREACHABLE_GRACE", default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
     pub host_unreachable_grace: SignedDuration,
     /// How long a Running VM may have no (default) NIC.
-    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_NIC_DETACHED_GRACE", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub nic_detached_grace: SignedDuration,
     /// How long a NIC may lack an address on a network where CloudStack assigns one.
-    #[arg(long, default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_NIC_NO_ADDRESS_GRACE", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     pub nic_no_address_grace: SignedDuration,
     /// Stats collections of zero guest→host traffic that make GuestNetworkSilent False.
-    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_SILENT_SAMPLES as i64))]
+    #[arg(long, env = "CAPC_HEALTH_SILENT_SAMPLES", default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=MAX_SILENT_SAMPLES as i64))]
     pub silent_samples: u32,
     /// Hypervisors whose traffic counters may make GuestNetworkSilent False (comma list).
     /// VMware and XenServer report averages that read a guest sending under 1 KB/s as 0:
     /// adding them catches their NIC-down VMs and risks recycling very quiet guests.
     #[arg(
         long,
+        env = "CAPC_HEALTH_SILENCE_HYPERVISORS",
         default_value = "KVM",
         value_delimiter = ',',
         value_name = "HYPERVISORS"
     )]
     pub silence_hypervisors: Vec<String>,
     /// CloudStack's vm.stats.interval (how often traffic counters are sampled).
-    #[arg(long, default_value = "60s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(24)), value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_STATS_INTERVAL", default_value = "60s", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(24)), value_name = "DURATION")]
     pub stats_interval: SignedDuration,
     /// A last successful poll older than this many intervals counts as "cannot see".
-    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, env = "CAPC_HEALTH_STALE_POLL_INTERVALS", default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub stale_poll_intervals: u32,
     /// Do not anchor a newly seen VM's state age to CloudStack's `lastupdated`.
-    #[arg(long)]
+    #[arg(long, env = "CAPC_HEALTH_NO_LASTUPDATED_ANCHOR")]
     pub no_lastupdated_anchor: bool,
     /// Mass-failure guard: hold new False verdicts when at least this many Machines of a scope fail within the window.
-    #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=100_000))]
+    #[arg(long, env = "CAPC_HEALTH_MASS_FAILURE_COUNT", default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=100_000))]
     pub mass_failure_count: u32,
     /// Mass-failure guard: … or at least this percentage of the scope.
-    #[arg(long, default_value_t = 50, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long, env = "CAPC_HEALTH_MASS_FAILURE_PERCENT", default_value_t = 50, value_name = "PERCENT", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub mass_failure_percent: u32,
     /// Mass-failure guard: the window in which failures are counted together.
-    #[arg(long, default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_MASS_FAILURE_WINDOW", default_value = "10m", value_parser = parse_duration, value_name = "DURATION")]
     pub mass_failure_window: SignedDuration,
 }
 
@@ -210,32 +214,32 @@ impl GraceArgs {
 #[derive(Debug, Clone, Args)]
 pub struct ProbeArgs {
     /// Unanswered probe attempts in a row (spaced apart) before "no reply" counts.
-    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
+    #[arg(long, env = "CAPC_HEALTH_PROBE_ATTEMPTS", default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=20))]
     pub probe_attempts: u32,
     /// Time between attempts while a guest does not answer [default: a quarter of --stats-interval].
-    #[arg(long, value_parser = duration_in(SignedDuration::from_millis(100), SignedDuration::from_hours(1)), value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_PROBE_SPACING", value_parser = duration_in(SignedDuration::from_millis(100), SignedDuration::from_hours(1)), value_name = "DURATION")]
     pub probe_spacing: Option<SignedDuration>,
     /// After a reply, the next attempt no sooner than this [default: half of --stats-interval].
-    #[arg(long, value_parser = duration_in(SignedDuration::from_millis(100), SignedDuration::from_hours(1)), value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_PROBE_RECHECK", value_parser = duration_in(SignedDuration::from_millis(100), SignedDuration::from_hours(1)), value_name = "DURATION")]
     pub probe_recheck: Option<SignedDuration>,
     /// How long after it went Running a guest never seen alive may take to answer ARP before
     /// its silence counts [default: --stats-interval]. Raise it for images that boot slowly.
-    #[arg(long, value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1)), value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_PROBE_BOOT_GRACE", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1)), value_name = "DURATION")]
     pub probe_boot_grace: Option<SignedDuration>,
     /// Probe jobs started per CloudStack scope per minute, at most.
-    #[arg(long, default_value_t = 60, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, env = "CAPC_HEALTH_PROBE_MAX_PER_SCOPE_PER_MINUTE", default_value_t = 60, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub probe_max_per_scope_per_minute: u32,
     /// Probe jobs in flight at once, at most (and never two on one router: it runs them one
     /// at a time).
-    #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(long, env = "CAPC_HEALTH_PROBE_MAX_IN_FLIGHT", default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub probe_max_in_flight: u16,
     /// A probe job not finished after this long is no evidence.
-    #[arg(long, default_value = "2m", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1)), value_name = "DURATION")]
+    #[arg(long, env = "CAPC_HEALTH_PROBE_JOB_TIMEOUT", default_value = "2m", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(1)), value_name = "DURATION")]
     pub probe_job_timeout: SignedDuration,
     /// Options passed to the router's arping (runDiagnostics `params`; CloudStack allows
     /// letters, digits, `_`, `-`, `.` and spaces). Add e.g. `-I eth2` where the router's arping
     /// cannot pick the interface itself.
-    #[arg(long, default_value = "-c 3 -f", value_parser = parse_diagnostics_params, value_name = "OPTIONS")]
+    #[arg(long, env = "CAPC_HEALTH_PROBE_ARPING_PARAMS", default_value = "-c 3 -f", value_parser = parse_diagnostics_params, value_name = "OPTIONS")]
     pub probe_arping_params: String,
 }
 

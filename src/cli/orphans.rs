@@ -18,7 +18,13 @@ pub struct OrphansArgs {
     #[command(flatten)]
     pub shim: ShimConnection,
     /// `table` (with the CloudMonkey commands) or `json` (the `orphans` section of `/status`).
-    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    #[arg(
+        short = 'o',
+        long,
+        env = "CAPC_HEALTH_OUTPUT",
+        value_enum,
+        default_value = "table"
+    )]
     pub output: OutputFormat,
 }
 

@@ -42,10 +42,10 @@ pub mod exit {
 pub struct ShimConnection {
     /// The shim's address, e.g. https://localhost:8443 (`/status` is appended when the URL
     /// has no path).
-    #[arg(long, env = "CAPC_HEALTH_SHIM_URL")]
+    #[arg(long, env = "CAPC_HEALTH_URL")]
     pub url: String,
     /// Timeout of the whole request.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "CAPC_HEALTH_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub timeout: SignedDuration,
     #[command(flatten)]
     pub auth: ClientAuthArgs,
@@ -55,8 +55,19 @@ impl ShimConnection {
     /// Fetches `/status` and prints what `render` makes of it; returns the exit code
     /// ([`exit`]). `command` begins every message on stderr.
     pub async fn print(&self, command: &str, render: impl FnOnce(&StatusReport) -> String) -> u8 {
+        self.print_view(command, &View::default(), render).await
+    }
+
+    /// [`Self::print`] of one view of `/status` (the endpoint's `?cluster=` and `?problems=`,
+    /// one Machine's rows).
+    pub async fn print_view(
+        &self,
+        command: &str,
+        view: &View,
+        render: impl FnOnce(&StatusReport) -> String,
+    ) -> u8 {
         let url = match status_url(&self.url) {
-            Ok(u) => u,
+            Ok(u) => view.url(u),
             Err(e) => {
                 eprintln!("{command}: {e}");
                 return exit::USAGE;
@@ -76,7 +87,8 @@ impl ShimConnection {
             }
         };
         match fetch(&url, &opts).await {
-            Ok(report) => {
+            Ok(mut report) => {
+                view.keep_machine(&mut report);
                 print!("{}", render(&report));
                 exit::RENDERED
             }
@@ -88,11 +100,66 @@ impl ShimConnection {
     }
 }
 
+/// Which part of `/status` to show: the endpoint filters by Cluster and to problems; the
+/// Machine filter is applied to what it sent.
+#[derive(Debug, Clone, Default, Args)]
+pub struct View {
+    /// Only this Cluster's Machines and orphans, as `namespace/name` (the endpoint's
+    /// `?cluster=`; a Cluster `/status` does not show is an error).
+    #[arg(long, env = "CAPC_HEALTH_CLUSTER")]
+    pub cluster: Option<String>,
+    /// Only the Machines of this name (in every Cluster shown).
+    #[arg(long, env = "CAPC_HEALTH_MACHINE")]
+    pub machine: Option<String>,
+    /// Only what needs a look (the endpoint's `?problems=true`): verdicts not `True`, failed
+    /// writes, pending or held escalations, scopes with an error.
+    #[arg(long, env = "CAPC_HEALTH_PROBLEMS")]
+    pub problems: bool,
+}
+
+impl View {
+    /// `url` with the view's query.
+    pub fn url(&self, mut url: url::Url) -> url::Url {
+        {
+            let mut q = url.query_pairs_mut();
+            if let Some(c) = &self.cluster {
+                q.append_pair("cluster", c.trim());
+            }
+            if self.problems {
+                q.append_pair("problems", "true");
+            }
+        }
+        if url.query() == Some("") {
+            url.set_query(None);
+        }
+        url
+    }
+
+    /// Drops every Machine but those named `--machine`, and the Clusters left without one.
+    pub fn keep_machine(&self, r: &mut StatusReport) {
+        let Some(name) = self.machine.as_deref().map(str::trim) else {
+            return;
+        };
+        for c in r.clusters.values_mut() {
+            c.machines.retain(|m, _| m == name);
+        }
+        r.clusters.retain(|_, c| !c.machines.is_empty());
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
     #[command(flatten)]
     pub shim: ShimConnection,
-    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    #[command(flatten)]
+    pub view: View,
+    #[arg(
+        short = 'o',
+        long,
+        env = "CAPC_HEALTH_OUTPUT",
+        value_enum,
+        default_value = "table"
+    )]
     pub output: OutputFormat,
 }
 
@@ -161,6 +228,21 @@ fn escalation(m: &MachineReport) -> String {
 }
 
 /// The human view of a status document.
+/// What a standby's table must say first: its table is empty by design, the verdicts are on
+/// the leader (a port-forward to the Deployment or the Service may land on either replica).
+/// `None` on the leader, and without leader election (`leader` false only before it starts).
+fn standby_note(r: &StatusReport) -> Option<String> {
+    if r.leader {
+        return None;
+    }
+    let identity = r.leader_identity.as_deref()?;
+    Some(format!(
+        "STANDBY: this replica does not lead; the verdicts are on the leader, pod {} (port-forward to that pod: kubectl port-forward pod/{} 8443:8443)",
+        cell(identity),
+        cell(identity)
+    ))
+}
+
 pub fn render_human(r: &StatusReport) -> String {
     let mut out = String::new();
     let mode = match &r.api {
@@ -195,6 +277,9 @@ pub fn render_human(r: &StatusReport) -> String {
         },
         time(r.generated_at)
     );
+    if let Some(note) = standby_note(r) {
+        let _ = writeln!(out, "\n{note}");
+    }
     if !r.problems.is_empty() {
         out.push_str("\nPROBLEMS\n");
         for p in &r.problems {
@@ -359,7 +444,9 @@ pub fn render(r: &StatusReport, format: OutputFormat) -> String {
 
 /// `capc-health-shim status`.
 pub async fn main(args: StatusArgs) -> u8 {
-    args.shim.print("status", |r| render(r, args.output)).await
+    args.shim
+        .print_view("status", &args.view, |r| render(r, args.output))
+        .await
 }
 
 #[cfg(test)]
@@ -367,6 +454,35 @@ mod tests {
     use super::*;
     use crate::status::{ClusterReport, FailureDomainReport, ScopeReport};
     use crate::verdict::Status;
+
+    #[test]
+    fn a_view_asks_the_endpoint_for_its_cluster_and_problems_and_keeps_one_machine() {
+        let base = url::Url::parse("https://localhost:8443/status").unwrap();
+        assert_eq!(View::default().url(base.clone()).as_str(), base.as_str());
+        let view = View {
+            cluster: Some("team-a/prod".into()),
+            machine: Some("m-2".into()),
+            problems: true,
+        };
+        assert_eq!(
+            view.url(base).as_str(),
+            "https://localhost:8443/status?cluster=team-a%2Fprod&problems=true"
+        );
+        let mut r = StatusReport::default();
+        for (cluster, machine) in [("a/x", "m-1"), ("a/x", "m-2"), ("b/y", "m-3")] {
+            r.clusters
+                .entry(cluster.into())
+                .or_default()
+                .machines
+                .insert(machine.into(), Default::default());
+        }
+        view.keep_machine(&mut r);
+        assert_eq!(r.clusters.keys().collect::<Vec<_>>(), ["a/x"]);
+        assert_eq!(
+            r.clusters["a/x"].machines.keys().collect::<Vec<_>>(),
+            ["m-2"]
+        );
+    }
 
     #[test]
     fn tables_align_and_leave_the_last_column_unpadded() {
@@ -426,6 +542,19 @@ mod tests {
         assert!(
             text.starts_with("mode: unknown (discovery not done)  leader: yes  ready: no\n"),
             "{text}"
+        );
+        assert!(!text.contains("STANDBY"), "{text}");
+        let standby = StatusReport {
+            leader: false,
+            leader_identity: Some("capc-health-shim-7d9f-x2k4p".into()),
+            ..r.clone()
+        };
+        assert!(
+            render_human(&standby).contains(
+                "STANDBY: this replica does not lead; the verdicts are on the leader, pod capc-health-shim-7d9f-x2k4p"
+            ),
+            "{}",
+            render_human(&standby)
         );
         assert!(
             text.contains("- credentials: secret default/cs not found\n"),

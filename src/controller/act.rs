@@ -76,7 +76,7 @@ impl Controller {
                     timeout: to_std(self.args.kube_timeout),
                     refusing: Default::default(),
                     machines: Some(self.stores.machines.clone()),
-                    max_age: max_queue_age(
+                    max_age: super::writer::max_queue_age(
                         to_std(self.args.poll_interval),
                         to_std(self.args.kube_timeout),
                     ),
@@ -446,19 +446,7 @@ impl Controller {
                 continue;
             }
             let Some(published) = next else { continue };
-            let m = &t.machine;
-            let decision = escalation::decide(&EscalationFacts {
-                annotates: coverage::annotates(&self.coverage_facts(t)),
-                machine: m,
-                status: published.status,
-                since: published.last_transition_time,
-                now,
-                delay: self.args.escalation_delay,
-                covered_by_mhc: t.mhc_covered(),
-                cluster_paused: t.cluster_paused,
-                control_plane_escalation_in_flight: false,
-            });
-            if decision == Escalation::Annotate {
+            if self.escalation(t, published, now, false) == Escalation::Annotate {
                 still.insert(key);
             }
         }
@@ -511,6 +499,27 @@ impl Controller {
         }
     }
 
+    /// What the escalation guards say about annotating `t`, whose condition is `published`.
+    fn escalation(
+        &self,
+        t: &Target,
+        published: &ConditionState,
+        now: Timestamp,
+        control_plane_escalation_in_flight: bool,
+    ) -> Escalation {
+        escalation::decide(&EscalationFacts {
+            annotates: coverage::annotates(&self.coverage_facts(t)),
+            machine: &t.machine,
+            status: published.status,
+            since: published.last_transition_time,
+            now,
+            delay: self.args.escalation_delay,
+            covered_by_mhc: t.mhc_covered(),
+            cluster_paused: t.cluster_paused,
+            control_plane_escalation_in_flight,
+        })
+    }
+
     /// Queues the remediate annotation for `t` when the guards allow it.
     fn escalate(
         &mut self,
@@ -523,18 +532,7 @@ impl Controller {
     ) {
         let m = &t.machine;
         let cluster = (m.namespace.clone(), m.cluster_name.clone());
-        let decision = escalation::decide(&EscalationFacts {
-            annotates: coverage::annotates(&self.coverage_facts(t)),
-            machine: m,
-            status: published.status,
-            since: published.last_transition_time,
-            now,
-            delay: self.args.escalation_delay,
-            covered_by_mhc: t.mhc_covered(),
-            cluster_paused: t.cluster_paused,
-            control_plane_escalation_in_flight: cp_in_flight.contains(&cluster),
-        });
-        match decision {
+        match self.escalation(t, published, now, cp_in_flight.contains(&cluster)) {
             Escalation::NotNeeded => {}
             Escalation::AlreadyAnnotated => state.state = "annotated",
             Escalation::Held {
@@ -594,13 +592,4 @@ fn machine_ref(t: &Target) -> MachineRef {
         uid: t.machine.uid.clone(),
         resource_version: t.machine.resource_version.clone(),
     }
-}
-
-/// The oldest a queued write may be when its turn comes: two poll intervals (by then the
-/// cycle has decided the Machine twice more) plus one write's timeout.
-pub(super) fn max_queue_age(
-    poll_interval: std::time::Duration,
-    kube_timeout: std::time::Duration,
-) -> std::time::Duration {
-    poll_interval.saturating_mul(2).saturating_add(kube_timeout)
 }

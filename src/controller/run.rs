@@ -71,6 +71,23 @@ async fn termination() {
     }
 }
 
+/// While this replica stands by: the Lease's holder into `/status`, whenever it changes. A
+/// failed read keeps the last holder seen (the standby's view of it is informative only).
+async fn follow_leader(leases: kube::Api<Lease>, name: String, report: Arc<StatusBoard>) {
+    let mut shown: Option<String> = None;
+    loop {
+        let read = tokio::time::timeout(Duration::from_secs(5), leases.get_opt(&name)).await;
+        if let Ok(Ok(Some(lease))) = read {
+            let holder = lease.spec.and_then(|s| s.holder_identity);
+            if holder != shown {
+                report.write().await.leader_identity = holder.clone();
+                shown = holder;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(LEASE_RENEW_BEFORE_SECONDS)).await;
+    }
+}
+
 async fn set_problem(report: &StatusBoard, problem: String) {
     let mut r = report.write().await;
     r.ready = false;
@@ -238,10 +255,12 @@ pub async fn main(args: RunArgs) -> u8 {
         .unwrap_or_else(|| "default".to_string());
     // Leader election: only the leader polls and writes.
     let mut lease = None;
+    let mut own_identity = None;
     let mut gate = LeaseGate::unelected(to_std(args.kube_timeout));
     if !args.no_leader_election {
         let identity = std::env::var("HOSTNAME")
             .unwrap_or_else(|_| format!("capc-health-shim-{}", uuid::Uuid::new_v4()));
+        own_identity = Some(identity.clone());
         gate = LeaseGate::leading(
             kube::Api::<Lease>::namespaced(client.clone(), namespace.trim()),
             &args.lease_name,
@@ -265,6 +284,13 @@ pub async fn main(args: RunArgs) -> u8 {
             };
         let (mut rx, task) = manager.watch().await;
         tracing::info!("waiting for the leader Lease");
+        // A standby's /status says where the verdicts are: the Lease's holder, read again
+        // every renewal period (a port-forward or the Service may land here).
+        let follow = tokio::spawn(follow_leader(
+            kube::Api::<Lease>::namespaced(client.clone(), namespace.trim()),
+            args.lease_name.clone(),
+            report.clone(),
+        ));
         {
             let mut r = report.write().await;
             r.ready = true;
@@ -275,6 +301,7 @@ pub async fn main(args: RunArgs) -> u8 {
             _ = stopped() => false,
             _ = rx.wait_for(|leader| *leader) => true,
         };
+        follow.abort();
         if !became_leader {
             drop(rx);
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
@@ -286,6 +313,7 @@ pub async fn main(args: RunArgs) -> u8 {
     {
         let mut r = report.write().await;
         r.leader = true;
+        r.leader_identity = own_identity;
         r.ready = true;
     }
     metrics.set_ready(true);

@@ -291,6 +291,9 @@ impl Versioned for MachineRecord {
         Some((uid, rv))
     }
 }
+// The other kinds keep no version, so each read of them is taken as it comes: they are inputs
+// the cycle reads again every poll, while a Machine carries the clocks (lastTransitionTime,
+// the writer's precondition) that an older read would turn back.
 impl Versioned for CloudStackMachineRecord {}
 impl Versioned for FailureDomainRecord {}
 impl Versioned for ClusterRecord {}

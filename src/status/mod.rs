@@ -21,6 +21,11 @@ pub struct StatusReport {
     pub generated_at: Option<Timestamp>,
     /// This replica holds the leader Lease (only the leader polls and writes).
     pub leader: bool,
+    /// Who holds the leader Lease (its holder identity: the pod's name), as this replica last
+    /// read it: on a standby, where the verdicts are. `None` without leader election, or before
+    /// the Lease was first read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_identity: Option<String>,
     /// Discovery succeeded and the caches are synced.
     pub ready: bool,
     /// Mode and API versions in use; `None` until discovery succeeded.

@@ -142,7 +142,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("`--stopped-grace <DURATION>` | — | `60s` |"),
+            md.contains("`--stopped-grace <DURATION>` | `CAPC_HEALTH_STOPPED_GRACE` | `60s` |"),
             "{md}"
         );
         assert!(
@@ -151,6 +151,32 @@ mod tests {
         );
         assert!(md.contains("(jittered by ±10%). |"), "{md}");
         assert!(!md.contains("--help"));
+    }
+
+    /// One rule for every flag of `run`: its environment variable is `CAPC_HEALTH_` and the
+    /// flag's name in capitals (issue 43: the graces, guard and probe flags once had none).
+    #[test]
+    fn every_run_flag_has_the_environment_variable_named_after_it() {
+        let cmd = RunFlags::command();
+        let mut checked = 0;
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long == "help" {
+                continue;
+            }
+            let want = format!("CAPC_HEALTH_{}", long.to_uppercase().replace('-', "_"));
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            // A repeatable flag may name its variable in the plural (`--namespace`,
+            // CAPC_HEALTH_NAMESPACES: a list separated by `,`).
+            let plural = matches!(arg.get_action(), ArgAction::Append)
+                && env.as_deref() == Some(format!("{want}S").as_str());
+            assert!(
+                plural || env.as_deref() == Some(want.as_str()),
+                "--{long}: {env:?}, want {want}"
+            );
+            checked += 1;
+        }
+        assert!(checked > 40, "only {checked} flags of run seen");
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! kubeconfig in `CAPC_HEALTH_TEST_KUBECONFIG`) and an in-process `cloudstack-sim`.
 #![allow(dead_code)]
 
+pub mod matrix;
+pub mod monitoring_crds;
+
 use capc_health_shim::status::board::StatusBoard;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -637,4 +640,29 @@ pub async fn cycle_until_report(
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// hack/release built once per test binary (Go's build cache makes a rebuild instant).
+pub fn release_tool() -> &'static std::path::Path {
+    static TOOL: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    TOOL.get_or_init(|| {
+        let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("release-tool");
+        let status =
+            std::process::Command::new(std::env::var("GO").unwrap_or_else(|_| "go".into()))
+                .args(["build", "-o"])
+                .arg(&out)
+                .arg(".")
+                .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/release"))
+                // The Makefile's flags (-trimpath among them), so this build shares Go's build cache
+                // with `make release-manifests` and `make test-release` instead of compiling again.
+                .env(
+                    "GOFLAGS",
+                    std::env::var("GO_BUILD_FLAGS").unwrap_or_else(|_| "-mod=mod -trimpath".into()),
+                )
+                .env("GOWORK", "off")
+                .status()
+                .expect("go (1.25+) runs: hack/release is a Go module");
+        assert!(status.success(), "go build hack/release: {status}");
+        out
+    })
 }

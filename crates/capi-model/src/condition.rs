@@ -116,15 +116,14 @@ pub fn read(
     find(&entries, condition_type)
 }
 
-/// The SSA body for the Machine's `status` subresource carrying only our condition, and the
-/// `uid` of the Machine it was decided on. Note: kube-apiserver does not check `metadata.uid`
-/// on a custom resource's `status` subresource (its status strategy keeps the stored metadata;
-/// seen on v1.34), so the shim's writer checks the `uid` itself right before sending.
+/// The SSA body for the Machine's `status` subresource carrying only our condition. It names
+/// no `metadata.uid`: kube-apiserver does not check it on a custom resource's `status`
+/// subresource (its status strategy keeps the stored metadata; seen on v1.34), so the shim's
+/// writer checks the Machine's uid itself right before sending (`controller::writer`).
 pub fn apply_body(
     layout: ConditionLayout,
     namespace: &str,
     name: &str,
-    uid: Option<&str>,
     condition: &ConditionState,
 ) -> Value {
     let entry = json!({
@@ -140,14 +139,10 @@ pub fn apply_body(
         }
         ConditionLayout::V1Beta2 => json!({"conditions": [entry]}),
     };
-    let mut metadata = json!({"name": name, "namespace": namespace});
-    if let Some(uid) = uid {
-        metadata["uid"] = json!(uid);
-    }
     json!({
         "apiVersion": layout.api_version(),
         "kind": "Machine",
-        "metadata": metadata,
+        "metadata": {"name": name, "namespace": namespace},
         "status": status,
     })
 }
@@ -166,15 +161,7 @@ mod tests {
             message: "e".into(),
             last_transition_time: now,
         };
-        let b = apply_body(
-            ConditionLayout::V1Beta1WithV1Beta2Conditions,
-            "ns",
-            "m",
-            Some("uid-1"),
-            &c,
-        );
-        // The Machine decided on, and no other of that name.
-        assert_eq!(b.pointer("/metadata/uid").unwrap(), "uid-1");
+        let b = apply_body(ConditionLayout::V1Beta1WithV1Beta2Conditions, "ns", "m", &c);
         assert_eq!(b["apiVersion"], "cluster.x-k8s.io/v1beta1");
         let list = b
             .pointer("/status/v1beta2/conditions")
@@ -187,9 +174,9 @@ mod tests {
             b.pointer("/status/conditions").is_none(),
             "never the atomic legacy list"
         );
-        let b = apply_body(ConditionLayout::V1Beta2, "ns", "m", None, &c);
+        let b = apply_body(ConditionLayout::V1Beta2, "ns", "m", &c);
         assert_eq!(b.pointer("/status/conditions/0/reason").unwrap(), "VMError");
-        assert!(b.pointer("/metadata/uid").is_none());
+        assert_eq!(b["metadata"], json!({"name": "m", "namespace": "ns"}));
     }
 
     #[test]

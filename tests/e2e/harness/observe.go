@@ -3,8 +3,10 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -61,7 +63,13 @@ type MachineRecord struct {
 	ShimFalse    time.Time
 	ShimReason   string
 	ShimMessage  string // the condition's message when the shim first said False
-	Annotated    time.Time
+	// ShimFalseBy is the field manager owning the condition entry's status when the False was
+	// first seen (managedFields of the status subresource); ShimFalseReasons every reason seen
+	// while False; ConditionByAtMark the entry's owner when the MHC marked the Machine.
+	ShimFalseBy       string
+	ShimFalseReasons  []string
+	ConditionByAtMark string
+	Annotated         time.Time
 	// AnnotatedBy is the field manager that owned the remediate annotation when it was first
 	// seen (metadata.managedFields): the shim's is "capc-health-shim".
 	AnnotatedBy  string
@@ -98,7 +106,15 @@ type Recorder struct {
 	machines    map[string]*MachineRecord
 	snapshotErr error // the last step's failure to list Machines as the MHC reads them
 	kcpInit     time.Time
+	// steps counts the recorder's polls, failed those that could not read all they read (the
+	// run's context still live), errs the first of their errors: a dropped step can hide a link
+	// of a causal chain, so a row with one fails (scenarios' run, NegativeControlFailures).
+	steps, failed int
+	errs          []string
 }
+
+// maxRecorderErrors bounds the errors a recorder keeps for the row.
+const maxRecorderErrors = 5
 
 // NewRecorder records the Machines of namespace; conditionType is the shim's condition,
 // machineVersion the Machine API version the stack's MHC reads.
@@ -108,18 +124,43 @@ func NewRecorder(c client.Client, namespace, conditionType, machineVersion strin
 
 // Run records until ctx ends.
 func (r *Recorder) Run(ctx context.Context) {
-	Every(ctx, 200*time.Millisecond, func() { _ = r.step(ctx) })
+	Every(ctx, 200*time.Millisecond, func() {
+		err := r.step(ctx)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if ctx.Err() != nil {
+			return // the run ended mid-step: not a step
+		}
+		r.steps++
+		if err != nil {
+			r.failed++
+			if len(r.errs) < maxRecorderErrors {
+				r.errs = append(r.errs, fmt.Sprintf("%.1fs: %v", time.Since(r.tl.Start).Seconds(), err))
+			}
+		}
+	})
+}
+
+// Health is how many steps the recorder took, how many failed, and the first errors.
+func (r *Recorder) Health() (steps, failed int, errs []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.steps, r.failed, append([]string(nil), r.errs...)
 }
 
 func (r *Recorder) step(ctx context.Context) error {
 	var list clusterv1.MachineList
 	if err := r.c.List(ctx, &list, client.InNamespace(r.namespace)); err != nil {
-		return err
+		return fmt.Errorf("list Machines: %w", err)
 	}
 	// The same Machines as the MHC's API version serves them, read right after: the evidence
 	// comes from this snapshot, not from a read after the fact — a Machine the MHC just marked
 	// can be deleted and gone within one step (seen on CAPI v1.13: "read failed: not found").
 	snapshot, snapshotErr := r.snapshot(ctx)
+	var stepErr error
+	if snapshotErr != nil {
+		stepErr = fmt.Errorf("list Machines as %s: %w", r.machineVersion, snapshotErr)
+	}
 	now := time.Now()
 	seen := map[string]bool{}
 	r.mu.Lock()
@@ -147,8 +188,13 @@ func (r *Recorder) step(ctx context.Context) error {
 			if key != rec.lastShim {
 				rec.lastShim = key
 				r.tl.Add(fmt.Sprintf("shim verdict on %s: %s/%s — %s", m.Name, c.Status, c.Reason, c.Message))
+				if c.Status == "False" && !slices.Contains(rec.ShimFalseReasons, c.Reason) {
+					rec.ShimFalseReasons = append(rec.ShimFalseReasons, c.Reason)
+				}
 				if c.Status == "False" && rec.ShimFalse.IsZero() {
 					rec.ShimFalse, rec.ShimReason, rec.ShimMessage = now, c.Reason, c.Message
+					rec.ShimFalseBy = ConditionManager(m.ManagedFields, r.conditionType)
+					r.tl.Add(fmt.Sprintf("%s=False on %s written by field manager %q", r.conditionType, m.Name, rec.ShimFalseBy))
 					// Where the False landed, read now: by the time the MHC acts the owner may
 					// already be deleting the Machine and the shim saying Unknown.
 					rec.landed = r.evidence(snapshot, m, r.conditionType)
@@ -162,6 +208,7 @@ func (r *Recorder) step(ctx context.Context) error {
 		}
 		if reason, message, ok := mhcUnhealthy(m); ok && rec.MHCUnhealthy.IsZero() {
 			rec.MHCUnhealthy, rec.MHCReason, rec.MHCMessage = now, reason, message
+			rec.ConditionByAtMark = ConditionManager(m.ManagedFields, r.conditionType)
 			r.tl.Add(fmt.Sprintf("MachineHealthCheck marks %s unhealthy (%s: %s)", m.Name, reason, message))
 			if !rec.ShimFalse.IsZero() {
 				rec.Evidence = "when the shim said False: " + rec.landed + "; when the MHC marked it: " +
@@ -186,7 +233,9 @@ func (r *Recorder) step(ctx context.Context) error {
 	}
 	if r.kcpInit.IsZero() {
 		var kcps controlplanev1.KubeadmControlPlaneList
-		if err := r.c.List(ctx, &kcps, client.InNamespace(r.namespace)); err == nil {
+		if err := r.c.List(ctx, &kcps, client.InNamespace(r.namespace)); err != nil {
+			stepErr = errors.Join(stepErr, fmt.Errorf("list KubeadmControlPlanes: %w", err))
+		} else {
 			for _, k := range kcps.Items {
 				if k.Status.Initialized {
 					r.kcpInit = now
@@ -195,7 +244,7 @@ func (r *Recorder) step(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
+	return stepErr
 }
 
 // Machines returns the records, oldest first.
@@ -323,6 +372,51 @@ func annotationManager(m *clusterv1.Machine, key string) string {
 		}
 	}
 	return ""
+}
+
+// ConditionManager is the field manager (managers, sorted and comma-separated, when several)
+// owning any value of the conditionType entry of a Machine's condition list — status, reason,
+// message, lastTransitionTime, not just the key — from the managedFields of its status
+// subresource: v1beta2 writers own status.conditions[type], v1beta1 writers (CAPI v1.9's layout)
+// status.v1beta2.conditions[type]; "" if none does. Server-side apply shares a field among
+// appliers of the same value, so a second writer shows here even when it kept the status.
+func ConditionManager(managed []metav1.ManagedFieldsEntry, conditionType string) string {
+	var owners []string
+	for _, f := range managed {
+		if f.Subresource != "status" || f.FieldsV1 == nil {
+			continue
+		}
+		var fields map[string]any
+		if json.Unmarshal(f.FieldsV1.Raw, &fields) != nil {
+			continue
+		}
+		path := []string{"f:status", "f:v1beta2", "f:conditions"}
+		if strings.HasSuffix(f.APIVersion, "/v1beta2") {
+			path = []string{"f:status", "f:conditions"}
+		}
+		list := fields
+		for _, p := range path {
+			list, _ = list[p].(map[string]any)
+		}
+		for key, v := range list {
+			raw, ok := strings.CutPrefix(key, "k:")
+			if !ok {
+				continue
+			}
+			var k map[string]any
+			if json.Unmarshal([]byte(raw), &k) != nil || k["type"] != conditionType {
+				continue
+			}
+			entry, _ := v.(map[string]any)
+			for field := range entry {
+				if field != "." && field != "f:type" && !slices.Contains(owners, f.Manager) {
+					owners = append(owners, f.Manager)
+				}
+			}
+		}
+	}
+	sort.Strings(owners)
+	return strings.Join(owners, ",")
 }
 
 // conditionPaths are the condition lists a Machine can carry across CAPI versions.

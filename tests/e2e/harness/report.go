@@ -124,7 +124,11 @@ func Markdown(rows []Row) string {
 	fmt.Fprintf(&b, "\n## Fault → recycle, shim vs baseline on the same stack\n\nAsserted for the shim rows of scenarios 1, 2, 3 and 6 (harness/causality.go): ratio ≤ %.1f and fault → recycle under %.1f × the shim run's MHC backstop; the negative control (mode shim-observe) must fail both.\n\n| CAPI | shim mode | scenario | run | shim s | baseline s | ratio |\n|---|---|---|---|---|---|---|\n", SpeedRatioMax, BackstopFractionMax)
 	for _, r := range rows {
 		if ratio, base, ok := RecycleRatio(rows, r); ok {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1f | %.1f | %.2f |\n", r.StackKey(), shimModeCell(r), r.Scenario, r.Mode, *r.SecondsFaultToRecycle, base, ratio)
+			run := string(r.Mode)
+			if r.MHC != MHCRecommended {
+				run += " (MHC " + r.MHC + ")"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1f | %.1f | %.2f |\n", r.StackKey(), shimModeCell(r), r.Scenario, run, *r.SecondsFaultToRecycle, base, ratio)
 		}
 	}
 	fmt.Fprintf(&b, "\nThe goal applies to the network and VM-state faults the shim sees (1, 2, 3, 6). 3b: CAPC itself deletes a Machine whose VM it sees in Error while it is still reconciling it, in both modes. 4: a VM whose services failed sends only NTP/ARP (~4 B/s), under CloudStack's whole-KiB resolution over the shim's window: the shim may read it as silent (GuestNetworkSilent) and it is recycled early; otherwise the recommended MHC's 30-minute backstop (scaled) recycles it. Slow-but-healthy VMs (5) send far more and are never recycled.\n")
@@ -174,7 +178,7 @@ func Matrix(rows []Row) string {
 	seen := map[string]bool{}
 	cells := map[string]Row{}
 	for _, r := range rows {
-		if r.Mode != ModeShim {
+		if r.Mode != ModeShim || r.MHC != MHCRecommended {
 			continue
 		}
 		if !seen["c"+r.StackKey()] {

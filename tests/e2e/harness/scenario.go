@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1b3 "sigs.k8s.io/cluster-api-provider-cloudstack/api/v1beta3"
@@ -62,6 +63,10 @@ const (
 	MHCDefault = "default"
 	// MHCNone is no MachineHealthCheck at all.
 	MHCNone = "none"
+	// MHCLegacy is the recommended annotate-mode MHC of CAPI v1.9 (v1beta1, 30-min backstop, no
+	// unhealthyMachineConditions), written as v1beta1 on every stack: on CAPI v1.13 it is the
+	// MHC a user kept through the upgrade, which does not act on the shim's condition (issue 41).
+	MHCLegacy = "legacy"
 )
 
 // Scenario is one seed scenario of the product brief (§8).
@@ -201,7 +206,18 @@ type Row struct {
 	Causality []CausalChain `json:"causality,omitempty"`
 	// BackstopSeconds is the run's MHC nodeStartupTimeout (0 without an MHC).
 	BackstopSeconds float64 `json:"backstop_seconds,omitempty"`
-	DeadlineSeconds float64 `json:"deadline_seconds"`
+	// MHCReadAs is the API version the run's MHC was read back in after its creation (v1beta2
+	// on stacks that store it, "" otherwise), MHCMachineConditions its
+	// checks.unhealthyMachineConditions as Type=Status: what the MHC acts on, as CAPI stores it.
+	MHCReadAs            string   `json:"mhc_read_as,omitempty"`
+	MHCMachineConditions []string `json:"mhc_machine_conditions,omitempty"`
+	// RecorderSteps is how many times the recorder read the namespace, RecorderFailedSteps how
+	// many of those reads failed (RecorderErrors: the first errors). A failed step is a gap in
+	// every causal chain of the row.
+	RecorderSteps       int      `json:"recorder_steps"`
+	RecorderFailedSteps int      `json:"recorder_failed_steps"`
+	RecorderErrors      []string `json:"recorder_errors,omitempty"`
+	DeadlineSeconds     float64  `json:"deadline_seconds"`
 	// CloudStackLoad is each CloudStack key's calls while provisioning and, with a
 	// SteadyWindow, in steady state (exact only for a run that has the simulator to itself).
 	CloudStackLoad *CloudStackLoad `json:"cloudstack_load,omitempty"`
@@ -260,15 +276,16 @@ func ClusterReady(ctx context.Context, c client.Client, ns, cluster string, cps,
 // Errors are harness failures (not scenario outcomes: those are in the row).
 func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (Row, error) {
 	suffix := string(mode)
-	if mhc == MHCNone {
-		suffix = "nomhc"
-	}
 	short := strings.SplitN(sc.Key, "-", 2)[0]
-	ns := fmt.Sprintf("e2e-s%s-%s", short, suffix)
 	cluster := fmt.Sprintf("s%s%s", short, mode.clusterLetter())
-	if mhc == MHCNone {
-		cluster = fmt.Sprintf("s%sn", short)
+	switch mhc {
+	case MHCNone:
+		suffix, cluster = "nomhc", fmt.Sprintf("s%sn", short)
+	case MHCLegacy:
+		// A row of its own next to the same mode with the recommended MHC.
+		suffix, cluster = suffix+"-legacy", cluster+"l"
 	}
+	ns := fmt.Sprintf("e2e-s%s-%s", short, suffix)
 	tl := &Timeline{Start: time.Now(), Label: fmt.Sprintf("%s/%s", sc.Key, suffix), Out: h.Out}
 	deadline := sc.Deadline
 	if mhc == MHCNone && sc.NoMHCDeadline > 0 {
@@ -353,6 +370,14 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	tl.Add(fmt.Sprintf("creating cluster %s/%s: %d control plane, %d workers, MHC %s, shim %v, probe %v", ns, cluster, sc.ControlPlanes, sc.Workers, mhc, mode.WithShim(), mode.Probing()))
 	if err := CreateAll(ctx, c, userObjs...); err != nil {
 		return row, err
+	}
+	if mhc != MHCNone && h.Stack.V1Beta2() {
+		conds, err := mhcMachineConditions(ctx, h.Mgmt.Direct, ns, cluster+"-mhc")
+		if err != nil {
+			return row, err
+		}
+		row.MHCReadAs, row.MHCMachineConditions = "v1beta2", conds
+		tl.Add(fmt.Sprintf("MachineHealthCheck %s read as v1beta2: unhealthyMachineConditions %v", cluster+"-mhc", conds))
 	}
 	callsBefore, err := h.Sim.Calls(ctx)
 	if err != nil {
@@ -448,6 +473,10 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	row.Faults, row.RecycledMachines, row.FalseRecycles = score.Faults, score.Recycled, score.FalseRecycles
 	row.SecondsFaultToRecycle = score.FirstFaultToRecycle
 	row.Causality = CausalChains(h.Player.Injections(ns), rec.Machines())
+	row.RecorderSteps, row.RecorderFailedSteps, row.RecorderErrors = rec.Health()
+	if row.RecorderFailedSteps > 0 {
+		tl.Add(fmt.Sprintf("the recorder failed %d of %d steps: %v", row.RecorderFailedSteps, row.RecorderSteps, row.RecorderErrors))
+	}
 	row.Notes = append(row.Notes, score.Notes...)
 	scanned := map[string]string{}
 	if rc.Orphans != nil {
@@ -559,6 +588,8 @@ func OrphansCommandLog(outDir, ns string) string {
 func (h *Harness) machineHealthCheck(ns, cluster, mhc string) client.Object {
 	spec := MHCSpec{UnhealthyTimeout: Scaled(5 * time.Minute), NodeStartupTimeout: mhcNodeStartupTimeout(mhc)}
 	switch mhc {
+	case MHCLegacy:
+		return MachineHealthCheck(ns, cluster, spec)
 	case MHCRecommended:
 		if h.Stack.V1Beta2() {
 			spec.ShimConditionTimeout = Scaled(60 * time.Second)
@@ -577,12 +608,33 @@ func (h *Harness) machineHealthCheck(ns, cluster, mhc string) client.Object {
 // only a backstop (30 min, deploy/examples), stock CAPI's 10 min; 0 without an MHC.
 func mhcNodeStartupTimeout(mhc string) time.Duration {
 	switch mhc {
-	case MHCRecommended:
+	case MHCRecommended, MHCLegacy:
 		return Scaled(30 * time.Minute)
 	case MHCDefault:
 		return Scaled(10 * time.Minute)
 	}
 	return 0
+}
+
+// mhcMachineConditions reads a MachineHealthCheck back as v1beta2 and lists its
+// checks.unhealthyMachineConditions as Type=Status.
+func mhcMachineConditions(ctx context.Context, c client.Client, ns, name string) ([]string, error) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(clusterv1.GroupVersion.Group + "/v1beta2")
+	u.SetKind("MachineHealthCheck")
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, u); err != nil {
+		return nil, fmt.Errorf("read MachineHealthCheck %s/%s as v1beta2: %w", ns, name, err)
+	}
+	list, _, err := unstructured.NestedSlice(u.Object, "spec", "checks", "unhealthyMachineConditions")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		out = append(out, fmt.Sprintf("%v=%v", m["type"], m["status"]))
+	}
+	return out, nil
 }
 
 // Score is what a run recycled.

@@ -6,3 +6,25 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 {{- end }}
+
+{{/* The name of every object (with the base's suffixes: -leader, -metrics-reader, -memory, …),
+of the Lease and of the memory ConfigMap: fullnameOverride, else the release name when it
+contains the chart's name, else <release>-<chart>; at most 63 characters. */}}
+{{- define "capc-health-shim.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceAccount the pods run as (and the bindings name). */}}
+{{- define "capc-health-shim.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "capc-health-shim.fullname" .) }}
+{{- else }}
+{{- .Values.serviceAccount.name | default "default" }}
+{{- end }}
+{{- end }}
