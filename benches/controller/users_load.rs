@@ -13,33 +13,12 @@ use std::fmt::Write as _;
 
 use anyhow::{bail, Result};
 use cloudstack_sim::load::{
-    controller_fleet_rows, fleet_key, ControllerCalls, FleetRow, Key, LoadFile, Phase, ShimSource,
-    CONTROLLER_SECTION_HEADING, FLEET_SIZES, LOAD_COMMAND, LOAD_FILE,
+    controller_fleet_rows, fleet_key, format_percent as pct, format_rate as num, ControllerCalls,
+    FleetRow, Key, LoadFile, Phase, ShimSource, CONTROLLER_SECTION_HEADING, FLEET_SIZES,
+    LOAD_COMMAND, LOAD_FILE,
 };
 
 pub const HEADING: &str = CONTROLLER_SECTION_HEADING;
-
-fn num(x: f64) -> String {
-    if !x.is_finite() {
-        "–".to_string()
-    } else if x == 0.0 {
-        "0".to_string()
-    } else if x.abs() >= 100.0 {
-        format!("{x:.0}")
-    } else if x.abs() >= 1.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.3}")
-    }
-}
-
-fn pct(x: Option<f64>) -> String {
-    match x {
-        None => "–".to_string(),
-        Some(p) if p != 0.0 && p.abs() < 1.0 => format!("{p:.2} %"),
-        Some(p) => format!("{p:.1} %"),
-    }
-}
 
 /// What each key called in the e2e's steady window, and why (issue 42: the remaining steady
 /// calls explained).

@@ -12,37 +12,14 @@
 use std::fmt::Write as _;
 
 use cloudstack_sim::load::{
-    capc_steady_calls, per_hour_for_machines, Key, LoadFile, Measure, Phase, Stack,
-    CONTROLLER_SECTION_HEADING, FLEET_SIZES, LOAD_COMMAND,
+    capc_steady_calls, format_percent as pct, format_rate as num, per_hour_for_machines, Key,
+    LoadFile, Measure, Phase, Stack, CONTROLLER_SECTION_HEADING, FLEET_SIZES, LOAD_COMMAND,
 };
 
 use crate::load::LoadRow;
 use crate::report::Report;
 
 const HEADING: &str = "## 1. CloudStack load against what users run\n\n";
-
-/// A rate with as many digits as it needs.
-fn num(x: f64) -> String {
-    if !x.is_finite() {
-        "–".to_string()
-    } else if x == 0.0 {
-        "0".to_string()
-    } else if x.abs() >= 100.0 {
-        format!("{x:.0}")
-    } else if x.abs() >= 1.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.3}")
-    }
-}
-
-fn pct(x: Option<f64>) -> String {
-    match x {
-        None => "–".to_string(),
-        Some(p) if p != 0.0 && p.abs() < 1.0 => format!("{p:.2} %"),
-        Some(p) => format!("{p:.1} %"),
-    }
-}
 
 /// "the shim adds X % to the <measure> that CAPC already makes (steady; Y % during
 /// provisioning)", or what stands instead when CAPC has none to add to.

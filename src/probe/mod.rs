@@ -11,6 +11,7 @@
 //! used again until it changes.
 
 mod answers;
+mod routers;
 
 use std::collections::{HashMap, VecDeque};
 
@@ -96,22 +97,12 @@ struct InFlight {
 /// oldest last attempt.
 type DueOrder = (bool, Option<Timestamp>);
 
-/// Poll intervals a network's "no Running router" answer is kept.
-const NO_ROUTER_KEPT_POLLS: i32 = 5;
-
-/// A network's router as last looked up.
-#[derive(Debug, Clone)]
-struct RouterSeen {
-    router: Option<(String, String)>,
-    at: Timestamp,
-}
-
 /// The probe's client, budget and jobs in flight.
 pub struct Prober {
     client: CloudStackClient,
     limits: ProbeLimits,
     in_flight: Vec<InFlight>,
-    routers: HashMap<String, RouterSeen>,
+    routers: routers::RouterSightings,
     started_per_scope: HashMap<String, VecDeque<Timestamp>>,
     report: ProbeReport,
 }
@@ -127,7 +118,7 @@ impl Prober {
             client,
             limits,
             in_flight: Vec::new(),
-            routers: HashMap::new(),
+            routers: Default::default(),
             started_per_scope: HashMap::new(),
             report,
         }
@@ -272,9 +263,7 @@ impl Prober {
     /// Drops router sightings too old to be used again (networks come and go with clusters)
     /// and the budgets of scopes that started nothing for a minute: bounded over weeks.
     fn forget_old(&mut self, graces: &Graces, now: Timestamp) {
-        let kept = graces.poll_interval * NO_ROUTER_KEPT_POLLS;
-        self.routers
-            .retain(|_, seen| now.duration_since(seen.at) < kept);
+        self.routers.forget_old(graces.poll_interval, now);
         let minute_ago = now - SignedDuration::from_mins(1);
         self.started_per_scope.retain(|_, started| {
             while started.front().is_some_and(|t| *t <= minute_ago) {
@@ -511,30 +500,15 @@ impl Prober {
         graces: &Graces,
         now: Timestamp,
     ) -> Result<Option<(String, String)>, JobEnd> {
-        if let Some(seen) = self.routers.get(network_id) {
-            // A network without a Running router rarely gets one soon: ask again only after
-            // a few polls.
-            let keep = if seen.router.is_some() {
-                graces.poll_interval
-            } else {
-                graces.poll_interval * NO_ROUTER_KEPT_POLLS
-            };
-            if now.duration_since(seen.at) < keep {
-                return Ok(seen.router.clone());
-            }
+        if let Some(router) = self.routers.fresh(network_id, graces.poll_interval, now) {
+            return Ok(router);
         }
         self.report.counts.router_lookups += 1;
         match self.client.list_routers(network_id).await {
             Ok(listing) => {
                 let router =
                     pick_router(&listing.items, network_id).map(|r| (r.id.clone(), r.name.clone()));
-                self.routers.insert(
-                    network_id.to_string(),
-                    RouterSeen {
-                        router: router.clone(),
-                        at: now,
-                    },
-                );
+                self.routers.record(network_id, router.clone(), now);
                 Ok(router)
             }
             Err(e) => {

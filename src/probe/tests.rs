@@ -66,19 +66,13 @@ async fn router_sightings_and_idle_budgets_do_not_pile_up() {
     let t0 = Timestamp::from_second(1_800_000_000).unwrap();
     let mut prober = Prober::new(nowhere(), ProbeLimits::default());
     for n in 0..100 {
-        prober.routers.insert(
-            format!("net-{n}"),
-            RouterSeen {
-                router: None,
-                at: t0,
-            },
-        );
+        prober.routers.record(&format!("net-{n}"), None, t0);
         prober
             .started_per_scope
             .insert(format!("scope-{n}"), VecDeque::from([t0]));
     }
     let mut none = BTreeMap::new();
-    let later = t0 + graces.poll_interval * NO_ROUTER_KEPT_POLLS;
+    let later = t0 + graces.poll_interval * routers::NO_ROUTER_KEPT_POLLS;
     prober
         .step(
             &mut [ScopeHistories {

@@ -152,6 +152,30 @@ impl Measure {
     }
 }
 
+/// A rate for the load report, with as many digits as it needs ("–" when undefined).
+pub fn format_rate(x: f64) -> String {
+    if !x.is_finite() {
+        "–".to_string()
+    } else if x == 0.0 {
+        "0".to_string()
+    } else if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 1.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+/// A share for the load report: two decimals under 1 %, one above ("–" when undefined).
+pub fn format_percent(x: Option<f64>) -> String {
+    match x {
+        None => "–".to_string(),
+        Some(p) if p != 0.0 && p.abs() < 1.0 => format!("{p:.2} %"),
+        Some(p) => format!("{p:.1} %"),
+    }
+}
+
 /// `count` over `machine_hours` (none when the window held no Machine-hours).
 pub fn per_machine_hour(count: f64, machine_hours: f64) -> Option<f64> {
     (machine_hours.is_finite() && machine_hours > 0.0 && count.is_finite())
