@@ -1969,6 +1969,8 @@ struct WriterOutcome {
     last_tick: u64,
     /// Successful writes that removed the shim's condition (droppers only).
     dropped_ours: u64,
+    /// 100 ms waits for the shim to rewrite its condition before a drop (droppers only).
+    waits_for_rewrite: u64,
 }
 
 /// CAPI's patch helper: GET latest → change own conditions (or, for a dropper, remove the
@@ -2007,7 +2009,16 @@ async fn writer(
                 let before = list.len();
                 list.retain(|c| c["type"] != "CloudStackVMHealthy");
                 if list.len() == before {
-                    break; // nothing to drop this tick
+                    // Nothing to drop yet (the other dropper just did, and the shim has not
+                    // rewritten it): wait for the shim's rewrite instead of skipping the tick.
+                    // Skipping kept the two droppers in lockstep and one never wrote at all
+                    // (CI, 2026-12-06: FloodWriter1 missing at the end).
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    out.waits_for_rewrite += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
                 }
             }
             let entry = json!({"type": own_type, "status": "True", "reason": "Tick",
@@ -2239,6 +2250,12 @@ async fn flood(droppers: usize) {
         droppers == 0 || drops >= 3,
         "the droppers dropped too rarely to test anything: {outcomes:?}"
     );
+    for (i, o) in outcomes.iter().enumerate().take(droppers) {
+        assert!(
+            o.dropped_ours >= 1,
+            "dropper FloodWriter{i} never found the shim's condition to drop: {o:?}"
+        );
+    }
 
     // After the flood: our verdict is on the Machine (within a few cycles), the writers'
     // conditions are exactly their last ticks.
