@@ -1415,9 +1415,14 @@ async fn a_lease_lost_mid_cycle_stops_every_write_of_the_old_leader() {
     );
     // Not vacuous: the cycle in flight reached its writes and had them refused by the Lease
     // gate, or — when the lost Lease stopped the writer first — dropped unsent at shutdown.
-    let stopped_unsent = after
-        .lines()
-        .any(|l| l.contains("queued write not sent") && l.contains("outcome=\"shutdown\""));
+    // Either line says so: the writer's own for each job it drained, or — when it was
+    // aborted with jobs left (a lost Lease waits for nothing) — run's summary with cut_off > 0.
+    let stopped_unsent = after.lines().any(|l| {
+        (l.contains("queued write not sent") && l.contains("outcome=\"shutdown\""))
+            || (l.contains("stopping with writes not sent")
+                && !l.contains("cut_off=0")
+                && l.contains("cut_off="))
+    });
     row.measure("old_leader_writes_dropped_at_shutdown", stopped_unsent);
     assert!(
         after.contains("not writing") || stopped_unsent,
