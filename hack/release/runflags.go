@@ -116,7 +116,7 @@ func configValuesYAML(flags []runFlag) string {
 	for _, f := range []string{"lease-name", "orphan-memory-configmap", "lease-namespace", "endpoint-credentials", "status-addr", "insecure-serving"} {
 		skipped = append(skipped, "--"+f)
 	}
-	sb.WriteString(strings.Join(skipped, ", ") + " (README.md).\nconfig:\n")
+	sb.WriteString(strings.Join(skipped, ", ") + " (docs/install.md).\nconfig:\n")
 	for _, f := range configFlags(flags) {
 		def := ""
 		if f.Default != nil && *f.Default != "" {
