@@ -88,23 +88,17 @@ fn bundle() -> Bundle {
         .expect("sha256sum");
     assert!(check.status.success(), "{check:?}");
     let version = env!("CARGO_PKG_VERSION");
-    let cli = dir
-        .path()
-        .join(format!("capc-health-shim-v{version}-linux-x86_64"));
-    let cli = if cli.exists() {
-        cli
-    } else {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with(&format!("capc-health-shim-v{version}-linux-"))
-            })
-            .expect("the bundle's CLI")
-    };
+    // The CLI is named by platform (capc-health-shim-v<version>-linux-<arch>).
+    let cli = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("capc-health-shim-v{version}-linux-"))
+        })
+        .expect("the bundle's CLI");
     let chart = dir.path().join(format!("capc-health-shim-{version}.tgz"));
     assert!(chart.exists(), "the bundle's chart");
     Bundle {
