@@ -226,7 +226,7 @@ impl Drop for Shim {
 /// the Deployment's args and env, the ServiceAccount's token, the Lease in the pod's namespace —
 /// on loopback (only --status-addr added), until ready and leading; the generated reader role,
 /// bound to that ServiceAccount, opens /metrics.
-async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Installed) {
+async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Installed) -> Value {
     run_binary_as_the_release(
         Path::new(env!("CARGO_BIN_EXE_capc-health-shim")),
         client,
@@ -236,13 +236,14 @@ async fn run_as_the_release(client: &Client, objs: &[Value], installed: &Install
     .await
 }
 
-/// [`run_as_the_release`] with another `capc-health-shim` binary (the release bundle's).
+/// [`run_as_the_release`] with another `capc-health-shim` binary (the release bundle's); its
+/// `/status` once it leads.
 async fn run_binary_as_the_release(
     binary: &Path,
     client: &Client,
     objs: &[Value],
     installed: &Installed,
-) {
+) -> Value {
     let ns = installed.ns.as_str();
     let d = deployment(objs);
     let c = manager(d);
@@ -369,11 +370,22 @@ async fn run_binary_as_the_release(
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    // Its /status, for what the values set (read with the same token).
+    let status: Value = http
+        .get(format!("https://{addr}/status"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .expect("GET /status")
+        .json()
+        .await
+        .expect("/status is JSON");
     let _ = bindings
         .delete(name(&binding), &DeleteParams::default())
         .await;
     drop(shim);
     grants_no_more_than_documented(client, ns, sa, &lease_name, &installed.other_ns).await;
+    status
 }
 
 /// Whether the API server would allow ServiceAccount `ns/sa` `verb` on `resource` (what
@@ -606,13 +618,15 @@ fn release_bundle() -> Vec<PathBuf> {
 
 /// Issue 43's operator path, from the release bundle alone: its files copied into an empty
 /// directory (no checkout), checked with `sha256sum -c`; the packaged chart rendered by Helm's
-/// library and the clusterctl files processed by clusterctl's, each applied strictly to the real
-/// API server with the image pinned to the bundle's digest; and the bundle's own CLI binary run
+/// library, the clusterctl files processed by clusterctl's and the kustomize tree (unpacked with
+/// tar, base + the namespaced-secrets component through an overlay, built by kustomize's library)
+/// each applied strictly to the real API server with the image pinned to the bundle's digest;
+/// and the bundle's own CLI binary run
 /// with the rendered Deployment's arguments and environment, as its ServiceAccount, until it
 /// leads and answers /metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a kube-apiserver and make dist: `make test` runs it (hack/with-apiserver.sh)"]
-async fn the_release_bundle_installs_from_an_empty_directory_with_helm_and_clusterctl() {
+async fn the_release_bundle_installs_from_an_empty_directory_with_helm_clusterctl_and_kustomize() {
     let client = kube_client().await;
     let dir = tempfile::tempdir().unwrap();
     let version = env!("CARGO_PKG_VERSION");
@@ -697,10 +711,95 @@ async fn the_release_bundle_installs_from_an_empty_directory_with_helm_and_clust
     let installed = apply_all(&client, objs.clone(), &ns).await;
     run_binary_as_the_release(&cli, &client, &objs, &installed).await;
     installed.cleanup(&client).await;
+
+    // kustomize: the tree unpacked with tar; the operator's overlay puts deploy/base with the
+    // namespaced-secrets component into a namespace of theirs, and a second one grants Secret
+    // reads in the Clusters' namespace with the component's reader (as examples/ shows).
+    let tarball = dir
+        .path()
+        .join(format!("capc-health-shim-v{version}-kustomize.tar.gz"));
+    let untar = Command::new("tar")
+        .arg("-xzf")
+        .arg(&tarball)
+        .current_dir(dir.path())
+        .output()
+        .expect("tar");
+    assert!(untar.status.success(), "{untar:?}");
+    let tree = dir.path().join("capc-health-shim-kustomize");
+    for part in ["base", "components/namespaced-secrets", "examples"] {
+        assert!(tree.join(part).is_dir(), "{part}/ in the kustomize archive");
+    }
+    let ns = test_namespace("bundle-kustomize");
+    let clusters_ns = test_namespace("bundle-kustomize-clusters");
+    let shim_overlay = dir.path().join("overlay-shim");
+    std::fs::create_dir_all(&shim_overlay).unwrap();
+    std::fs::write(
+        shim_overlay.join("kustomization.yaml"),
+        format!(
+            "namespace: {ns}\nresources:\n- ../capc-health-shim-kustomize/base\n\
+             components:\n- ../capc-health-shim-kustomize/components/namespaced-secrets\n"
+        ),
+    )
+    .unwrap();
+    let reader_overlay = dir.path().join("overlay-reader");
+    std::fs::create_dir_all(&reader_overlay).unwrap();
+    std::fs::write(
+        reader_overlay.join("kustomization.yaml"),
+        format!(
+            "namespace: {clusters_ns}\nresources:\n\
+             - ../capc-health-shim-kustomize/components/namespaced-secrets/reader\n\
+             patches:\n- target: {{kind: RoleBinding, name: capc-health-shim-secrets}}\n  \
+             patch: |-\n    - op: replace\n      path: /subjects/0/namespace\n      value: {ns}\n"
+        ),
+    )
+    .unwrap();
+    let mut objs = docs(&tool(&[
+        "kustomize",
+        "--dir",
+        shim_overlay.to_str().unwrap(),
+    ]));
+    assert_eq!(manager(deployment(&objs))["image"], pinned.as_str());
+    let role = objs
+        .iter()
+        .find(|o| kind(o) == "ClusterRole" && name(o) == "capc-health-shim")
+        .expect("the ClusterRole");
+    assert!(
+        !role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resources"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("secrets"))),
+        "the namespaced-secrets component removes the cluster-wide Secrets rule"
+    );
+    objs.extend(docs(&tool(&[
+        "kustomize",
+        "--dir",
+        reader_overlay.to_str().unwrap(),
+    ])));
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": clusters_ns}})).unwrap(),
+    )
+    .await
+    .expect("the Clusters' namespace");
+    let installed = apply_all_in(
+        &client,
+        objs.clone(),
+        &ns,
+        std::slice::from_ref(&clusters_ns),
+    )
+    .await;
+    run_binary_as_the_release(&cli, &client, &objs, &installed).await;
+    installed.cleanup(&client).await;
 }
 
 /// Issue 43 (3): the chart with another release name, an existing ServiceAccount name, Secrets
-/// read per namespace and its ServiceMonitor, PrometheusRule and dashboard — its render applies
+/// read per namespace, its ServiceMonitor, PrometheusRule and dashboard, and two `config` values
+/// (flags as their variables, seen in the running shim's /status) — its render applies
 /// strictly (the monitoring kinds against the Prometheus Operator's CRDs), every object is named after the
 /// release (so a second release elsewhere collides with nothing), and the shim runs as that
 /// ServiceAccount, holding the Lease the release names, with Secrets readable in the listed
@@ -735,6 +834,11 @@ async fn the_helm_charts_render_with_other_values_applies_strictly_and_the_shim_
         "monitoring.prometheusRule.enabled=true",
         "--set",
         "monitoring.dashboard.enabled=true",
+        // Flags through the chart's config values (issue 43 (3)), seen below in /status.
+        "--set",
+        "config.orphanGrace=7m",
+        "--set",
+        "config.noRemnantReport=true",
     ]);
     let objs = docs(&rendered);
     for want in ["ServiceMonitor", "PrometheusRule", "ConfigMap"] {
@@ -775,8 +879,33 @@ async fn the_helm_charts_render_with_other_values_applies_strictly_and_the_shim_
         .await
         .expect("a namespace of the test");
     }
+    let env = manager(deployment(&objs))["env"].clone();
+    for (var, value) in [
+        ("CAPC_HEALTH_ORPHAN_GRACE", "7m"),
+        ("CAPC_HEALTH_NO_REMNANT_REPORT", "true"),
+    ] {
+        assert!(
+            env.as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["name"] == var && e["value"] == value),
+            "{var}={value} in {env}"
+        );
+    }
     let installed = apply_all_in(&client, objs.clone(), &ns, &secrets_ns).await;
-    run_as_the_release(&client, &objs, &installed).await;
+    let status = run_as_the_release(&client, &objs, &installed).await;
+    // The running shim took them: the default orphan grace is 15m, the remnant report on.
+    assert_eq!(
+        status["orphan_detection"]["grace_seconds"].as_f64(),
+        Some(420.0),
+        "{}",
+        status["orphan_detection"]
+    );
+    assert_eq!(
+        status["remnant_detection"]["enabled"], false,
+        "{}",
+        status["remnant_detection"]
+    );
     installed.cleanup(&client).await;
 }
 

@@ -319,6 +319,11 @@ func chartFiles(b *base) (map[string]string, error) {
 		return nil, err
 	}
 	env, _ := c.Pipe(kyaml.Lookup("env"))
+	flags, err := loadRunFlags(b.root)
+	if err != nil {
+		return nil, err
+	}
+	g.appendElement(env, configEnvLines(flags)...)
 	g.appendElement(env,
 		"{{- with .Values.extraEnv }}",
 		"{{- toYaml . | nindent %N% }}",
@@ -671,11 +676,11 @@ appVersion: %q
 	} else if tag != "v"+b.version {
 		return nil, fmt.Errorf("deploy/base's image tag %q is not v%s, the workspace version", tag, b.version)
 	}
-	files["values.yaml"] = valuesYAML(valuesDefaults{repo: repo, tag: valuesTag, digest: digest, pullPolicy: pullPolicy, replicas: replicas, resources: resourcesYAML, log: logDefault, egress: egressYAML, nodeSelector: nodeSelectorYAML, smInterval: serviceMonitorDefaults["interval"], smTimeout: serviceMonitorDefaults["scrapeTimeout"]}) + monitoringValues
+	files["values.yaml"] = valuesYAML(valuesDefaults{repo: repo, tag: valuesTag, digest: digest, pullPolicy: pullPolicy, replicas: replicas, resources: resourcesYAML, log: logDefault, egress: egressYAML, nodeSelector: nodeSelectorYAML, smInterval: serviceMonitorDefaults["interval"], smTimeout: serviceMonitorDefaults["scrapeTimeout"], config: configValuesYAML(flags)}) + monitoringValues
 	if err := addMonitoring(b.root, files); err != nil {
 		return nil, err
 	}
-	schema, err := valuesSchema()
+	schema, err := valuesSchema(flags)
 	if err != nil {
 		return nil, err
 	}
@@ -721,6 +726,7 @@ func indentLines(text, indent string) string {
 type valuesDefaults struct {
 	repo, tag, digest, pullPolicy, replicas, resources, log, egress, nodeSelector string
 	smInterval, smTimeout                                                         string
+	config                                                                        string // configValuesYAML
 }
 
 func valuesYAML(v valuesDefaults) string {
@@ -754,6 +760,7 @@ resources:
 # The log filter (--log; tracing EnvFilter syntax), e.g. info or capc_health_shim=debug.
 log: ` + v.log + `
 
+` + v.config + `
 # Read-only CloudStack keys (--endpoint-credentials): per CloudStack endpoint, a Secret with the
 # keys api-key, secret-key and optionally verify-ssl that the shim signs with instead of CAPC's.
 # apiUrl must equal the api-url of CAPC's Secret; namespace defaults to the release's.
@@ -774,7 +781,7 @@ extraArgs: []
 # More environment variables of the container (a list of EnvVar).
 extraEnv: []
 # More volumes of the pod and mounts of the container, e.g. a certificate Secret for
-# --tls-cert-file/--tls-private-key-file (given in extraArgs).
+# --tls-cert-file/--tls-private-key-file (config.tlsCertFile, config.tlsPrivateKeyFile).
 extraVolumes: []
 extraVolumeMounts: []
 
@@ -848,7 +855,7 @@ const (
 
 // valuesSchema rejects misspelt or misplaced values (helm install/template validate against it);
 // its descriptions are README.md's.
-func valuesSchema() (string, error) {
+func valuesSchema(flags []runFlag) (string, error) {
 	str := map[string]any{"type": "string"}
 	boolean := map[string]any{"type": "boolean"}
 	object := map[string]any{"type": "object"}
@@ -874,6 +881,7 @@ func valuesSchema() (string, error) {
 		"replicas":         describe("replicas (one leads, the others stand by); with 1 no PodDisruptionBudget is rendered (it would block drains)", map[string]any{"type": "integer", "minimum": 0}),
 		"resources":        describe("the container's resources (a ResourceRequirements)", object),
 		"log":              describe("the log filter, --log (tracing EnvFilter syntax), e.g. info", map[string]any{"type": "string", "minLength": 1}),
+		"config":           configSchema(flags),
 		"endpointCredentials": describe("read-only CloudStack keys: one --endpoint-credentials=<apiUrl>=<namespace>/<secretName> each (namespace: the release's by default)",
 			map[string]any{"type": "array", "items": obj(map[string]any{
 				"apiUrl":     map[string]any{"type": "string", "pattern": "^https?://"},
@@ -884,7 +892,7 @@ func valuesSchema() (string, error) {
 			"secretName":    describe("a Secret of PEM CA certificates for the CloudStack endpoints, mounted at "+extraCADir+" and added to SSL_CERT_DIR", str),
 			"configMapName": describe("the same from a ConfigMap (set one of the two)", str),
 		}),
-		"extraArgs":         describe("more flags of capc-health-shim run, e.g. [--mode=observe]", map[string]any{"type": "array", "items": str}),
+		"extraArgs":         describe("more flags of capc-health-shim run (config has a value for each), e.g. [--mode=observe]", map[string]any{"type": "array", "items": str}),
 		"extraEnv":          describe("more environment variables of the container (EnvVar list)", anyList),
 		"extraVolumes":      describe("more volumes of the pod, e.g. a certificate Secret for --tls-cert-file", anyList),
 		"extraVolumeMounts": describe("more volume mounts of the container", anyList),
@@ -958,6 +966,13 @@ func valuesReadme(schemaJSON, valuesText string) (string, error) {
 				d = "`" + d + "`"
 			}
 			typ, _ := s["type"].(string)
+			if many, ok := s["type"].([]any); ok {
+				var names []string
+				for _, t := range many {
+					names = append(names, fmt.Sprint(t))
+				}
+				typ = strings.Join(names, " or ")
+			}
 			rows = append(rows, fmt.Sprintf("| `%s` | %s | %s | %s |", prefix, typ, d, strings.NewReplacer("|", "\\|", "<", "&lt;", ">", "&gt;").Replace(desc)))
 			return nil
 		}

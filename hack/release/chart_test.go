@@ -504,7 +504,11 @@ func TestTheValuesReferenceIsTheSchemas(t *testing.T) {
 		}
 	}
 	// Negative control: a property without a description is refused.
-	schema, err := valuesSchema()
+	flags, err := loadRunFlags(defaultRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := valuesSchema(flags)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,5 +520,96 @@ func TestTheValuesReferenceIsTheSchemas(t *testing.T) {
 	broken, _ := json.Marshal(s)
 	if _, err := valuesReadme(string(broken), string(valuesText)); err == nil || !strings.Contains(err.Error(), "serviceMonitor.enabled") {
 		t.Errorf("a value without a description: %v", err)
+	}
+}
+
+// managerEnv is the manager container's env as name → literal value.
+func managerEnv(t *testing.T, d obj) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	cs, _ := get(d, "spec", "template", "spec", "containers").([]any)
+	for _, c := range cs {
+		if c.(obj)["name"] != managerContainer {
+			continue
+		}
+		env, _ := c.(obj)["env"].([]any)
+		for _, e := range env {
+			v, _ := e.(obj)["value"].(string)
+			out[e.(obj)["name"].(string)] = v
+		}
+	}
+	return out
+}
+
+// Issue 43 (3): a config value for every flag of `run` (run-flags.json, from clap) but those the
+// chart sets itself; each renders its CAPC_HEALTH_* variable only when set.
+func TestTheChartsConfigHasAValueForEveryRunFlag(t *testing.T) {
+	flags, err := loadRunFlags(repoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	valuesText, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values obj
+	if err := yaml.Unmarshal(valuesText, &values); err != nil {
+		t.Fatal(err)
+	}
+	config, _ := values["config"].(obj)
+	readme, err := os.ReadFile(filepath.Join(chartDir(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := 0
+	for _, f := range flags {
+		_, set := chartSetsFlag[f.Flag]
+		_, has := config[configKey(f)]
+		if set == has {
+			t.Errorf("--%s: config.%s present=%v, set by the chart=%v", f.Flag, configKey(f), has, set)
+		}
+		if has {
+			keys++
+			if !strings.Contains(string(readme), "| `config."+configKey(f)+"` |") {
+				t.Errorf("README.md has no row config.%s", configKey(f))
+			}
+		}
+	}
+	if keys < 40 || len(config) != keys {
+		t.Errorf("%d config values for %d flags: %v", len(config), len(flags), config)
+	}
+	// Default: none of the variables.
+	base := managerEnv(t, one(t, render(t, "shim", "ops"), "Deployment"))
+	for _, f := range flags {
+		if _, ok := base[f.Env]; ok && f.Flag != "lease-namespace" {
+			t.Errorf("default render sets %s", f.Env)
+		}
+	}
+	// Set: each as its variable (a number, a list, a switch, a choice).
+	env := managerEnv(t, one(t, render(t, "shim", "ops",
+		"config.pollInterval=7s", "config.rateLimit=2.5", "config.maxConcurrentWrites=4",
+		"config.namespaces={capi-a,capi-b}", "config.noOrphanReport=true", "config.noRemnantReport=false",
+		"config.mode=observe", "config.probeArpingParams=-c 2"), "Deployment"))
+	for k, want := range map[string]string{
+		"CAPC_HEALTH_POLL_INTERVAL":         "7s",
+		"CAPC_HEALTH_RATE_LIMIT":            "2.5",
+		"CAPC_HEALTH_MAX_CONCURRENT_WRITES": "4",
+		"CAPC_HEALTH_NAMESPACES":            "capi-a,capi-b",
+		"CAPC_HEALTH_NO_ORPHAN_REPORT":      "true",
+		"CAPC_HEALTH_MODE":                  "observe",
+		"CAPC_HEALTH_PROBE_ARPING_PARAMS":   "-c 2",
+	} {
+		if env[k] != want {
+			t.Errorf("%s = %q, want %q (env %v)", k, env[k], want, env)
+		}
+	}
+	if _, ok := env["CAPC_HEALTH_NO_REMNANT_REPORT"]; ok {
+		t.Errorf("a switch set to false renders its variable")
+	}
+	// The schema refuses unknown keys, a choice out of its values and a list as a scalar.
+	for _, bad := range []string{"config.pollIntervall=7s", "config.mode=delete", "config.namespaces=capi-a", "config.leaseName=other"} {
+		if _, err := helmTemplate(chartDir(t), "shim", "ops", nil, []string{bad}); err == nil {
+			t.Errorf("--set %s accepted", bad)
+		}
 	}
 }

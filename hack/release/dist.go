@@ -3,7 +3,8 @@ package main
 // make dist: what a maintainer attaches to a release, in one flat directory — the image
 // (OCI archive, digest, SBOM) as make image built it, the clusterctl files and the Helm chart
 // with the image pinned to that digest, the chart packaged as `helm install` takes it, the CLI
-// binary, the version's CHANGELOG entry, and SHA256SUMS over all of it.
+// binary, deploy/'s kustomize tree (base, components, examples) with the same pin as a .tar.gz,
+// the version's CHANGELOG entry, and SHA256SUMS over all of it.
 
 import (
 	"bufio"
@@ -34,10 +35,12 @@ func makeDist(b *base, imageDir, ref, out string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	unpinned, err := baseImage(b)
+	if err != nil {
+		return nil, err
+	}
 	if ref == "" {
-		if ref, err = baseImage(b); err != nil {
-			return nil, err
-		}
+		ref = unpinned
 	}
 	notes, err := changelogEntry(filepath.Join(b.root, "CHANGELOG.md"), b.version)
 	if err != nil {
@@ -99,10 +102,23 @@ func makeDist(b *base, imageDir, ref, out string) ([]string, error) {
 	if _, err := chartutil.Save(ch, out); err != nil {
 		return nil, fmt.Errorf("package the chart: %w", err)
 	}
+	// deploy/'s kustomize tree, the base's image pinned to the digest too.
+	_, when, _, err := gitRevision(b.root)
+	if err != nil {
+		return nil, err
+	}
+	if err := kustomizeArchive(b.root, unpinned, ref+"@"+digest, filepath.Join(out, kustomizeArchiveName(v)), when); err != nil {
+		return nil, err
+	}
 	if err := os.WriteFile(filepath.Join(out, fmt.Sprintf("CHANGELOG-%s.md", v)), []byte(notes), 0o644); err != nil {
 		return nil, err
 	}
 	return writeSums(out)
+}
+
+// kustomizeArchiveName is the kustomize tree's file in the bundle of version v (v0.1.0).
+func kustomizeArchiveName(v string) string {
+	return fmt.Sprintf("capc-health-shim-%s-kustomize.tar.gz", v)
 }
 
 // baseImage is the image the base's Deployment names.

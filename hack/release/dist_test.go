@@ -1,7 +1,10 @@
 package main
 
 import (
+	"archive/tar"
 	"bufio"
+	"compress/gzip"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +52,7 @@ func TestDistHoldsEveryReleaseFilePinnedAndSummed(t *testing.T) {
 		"capc-health-shim-" + v + "-image-digest",
 		"capc-health-shim-" + v + "-oci.tar",
 		"capc-health-shim-" + v + ".cdx.json",
+		"capc-health-shim-" + v + "-kustomize.tar.gz",
 		"metadata.yaml",
 		sumsName,
 	}
@@ -102,9 +106,104 @@ func TestDistHoldsEveryReleaseFilePinnedAndSummed(t *testing.T) {
 	if image["digest"] != digest {
 		t.Errorf("chart image values %v, want digest %s", image, digest)
 	}
+	// The kustomize tree, extracted: base builds with the image pinned (and nothing else
+	// changed), the namespaced-secrets component on it, and the examples that refer to both.
+	tree := extractTarGz(t, filepath.Join(out, "capc-health-shim-"+v+"-kustomize.tar.gz"))
+	top := filepath.Join(tree, kustomizeTop)
+	for _, d := range []string{"base", "components/namespaced-secrets", "components/monitoring", "examples", "optional"} {
+		if st, err := os.Stat(filepath.Join(top, d)); err != nil || !st.IsDir() {
+			t.Errorf("the kustomize archive has no %s/ (%v)", d, err)
+		}
+	}
+	built, err := kustomizeBuild(filepath.Join(top, "base"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(built), "image: "+ref+"@"+digest+"\n") {
+		t.Errorf("the archive's base does not pin %s@%s", ref, digest)
+	}
+	orig, err := kustomizeBuild(filepath.Join(defaultRoot(), "deploy", "base"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := loadBase(defaultRoot()) // b is pinned by now
+	if err != nil {
+		t.Fatal(err)
+	}
+	unpinned, _ := baseImage(fresh)
+	if strings.Replace(string(orig), "image: "+unpinned+"\n", "image: "+ref+"@"+digest+"\n", 1) != string(built) {
+		t.Errorf("the archive's base differs from deploy/base in more than the image")
+	}
+	withSecrets, err := kustomizeBuild(filepath.Join(top, "base"), []string{filepath.Join(top, "components", "namespaced-secrets")})
+	if err != nil {
+		t.Fatalf("base + namespaced-secrets from the archive: %v", err)
+	}
+	if !strings.Contains(string(withSecrets), ref+"@"+digest) {
+		t.Errorf("base + namespaced-secrets does not pin the image")
+	}
+	if _, err := kustomizeBuild(filepath.Join(top, "examples", "namespaced-secrets"), nil); err != nil {
+		t.Errorf("examples/namespaced-secrets from the archive: %v", err)
+	}
+	// The same commit gives the same archive.
+	again := t.TempDir()
+	if _, err := makeDist(fresh, imageDir, ref, again); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"capc-health-shim-" + v + "-kustomize.tar.gz"} {
+		s1, _ := sha256File(filepath.Join(out, f))
+		s2, _ := sha256File(filepath.Join(again, f))
+		if s1 != s2 {
+			t.Errorf("%s differs between two dists of one commit", f)
+		}
+	}
 	notes, err := os.ReadFile(filepath.Join(out, "CHANGELOG-"+v+".md"))
 	if err != nil || !strings.HasPrefix(string(notes), "## "+b.version) {
 		t.Errorf("changelog entry %q (%v)", notes, err)
+	}
+}
+
+// extractTarGz unpacks a .tar.gz into a new directory (refusing paths that leave it).
+func extractTarGz(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return dir
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(h.Name))
+		if !strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			t.Fatalf("%s leaves the directory", h.Name)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		case tar.TypeReg:
+			data, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("%s: entry type %c", h.Name, h.Typeflag)
+		}
 	}
 }
 

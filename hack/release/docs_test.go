@@ -180,8 +180,9 @@ func TestTheDocumentedHelmValuesAndNetworkPolicyExample(t *testing.T) {
 	}
 	for k, v := range values {
 		names := []string{k}
-		// resources (a ResourceRequirements) and the pods' maps are one value each.
-		if m, ok := v.(obj); ok && !map[string]bool{"resources": true, "nodeSelector": true, "affinity": true, "podAnnotations": true, "podLabels": true}[k] {
+		// resources (a ResourceRequirements), the pods' maps and config (a key per flag of run,
+		// the chart's README lists them) are one value each.
+		if m, ok := v.(obj); ok && !map[string]bool{"config": true, "resources": true, "nodeSelector": true, "affinity": true, "podAnnotations": true, "podLabels": true}[k] {
 			names = nil
 			for sub := range m {
 				names = append(names, k+"."+sub)

@@ -110,6 +110,55 @@ pub fn run_flags_markdown() -> String {
     out
 }
 
+/// The `run` flags as JSON, in definition order, for hack/release's chart generator (the chart's
+/// `config` values, one per flag; `hack/release/run-flags.json`, kept current by
+/// `tests/docs_sync.rs` and `make docs`): name, environment variable, whether it takes a value
+/// and may repeat (with the separator its variable uses), its default, possible values and help.
+pub fn run_flags_json() -> String {
+    let cmd = RunFlags::command();
+    let mut flags = Vec::new();
+    for arg in cmd.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if matches!(arg.get_action(), ArgAction::Help | ArgAction::Version) {
+            continue;
+        }
+        let takes_value = !matches!(arg.get_action(), ArgAction::SetTrue | ArgAction::SetFalse);
+        let repeatable = matches!(arg.get_action(), ArgAction::Append);
+        let default: Vec<String> = arg
+            .get_default_values()
+            .iter()
+            .map(|v| v.to_string_lossy().into_owned())
+            .collect();
+        let possible: Vec<String> = arg
+            .get_possible_values()
+            .iter()
+            .filter(|_| takes_value)
+            .map(|v| v.get_name().to_string())
+            .collect();
+        let help = arg
+            .get_long_help()
+            .or(arg.get_help())
+            .map(|h| cell(&h.to_string()))
+            .unwrap_or_default();
+        flags.push(serde_json::json!({
+            "flag": long,
+            "env": arg.get_env().map(|e| e.to_string_lossy().into_owned()),
+            "takesValue": takes_value,
+            "repeatable": repeatable,
+            "delimiter": arg.get_value_delimiter().map(|d| d.to_string()),
+            "default": if takes_value { Some(default.join(",")) } else { None },
+            "possibleValues": possible,
+            "help": sentence(&help),
+        }));
+    }
+    serde_json::to_string_pretty(&serde_json::json!({
+        "generatedBy": "tests/docs_gen (make docs) from the clap definitions of `capc-health-shim run`; do not edit",
+        "flags": flags,
+    }))
+    .unwrap()
+        + "\n"
+}
+
 /// `doc` with the text between the markers replaced by `block`; an error when the markers are
 /// missing or out of order.
 pub fn replace_generated(doc: &str, block: &str) -> Result<String, String> {
