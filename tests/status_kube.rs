@@ -8,6 +8,7 @@
 //! library's `StatusTransport::Direct` stands in for the port-forward's last hop (the shims'
 //! loopback addresses, per pod name) while the binary — which always takes the port-forward —
 //! must come back with the API server's own refusal for a Pod object that exists but never ran.
+//! The bytes through a port-forward are tests/status_tunnel.rs's (a stand-in API server).
 
 mod kube_support;
 

@@ -274,7 +274,7 @@ fn standby_note(r: &StatusReport) -> Option<String> {
     }
     let identity = r.leader_identity.as_deref()?;
     Some(format!(
-        "STANDBY: this replica does not lead; the verdicts are on the leader, pod {} (port-forward to that pod: kubectl port-forward pod/{} 8443:8443)",
+        "STANDBY: this replica does not lead; the verdicts are on the leader, pod {} (without --url, `capc-health-shim status` asks the Lease's holder; or port-forward to that pod: kubectl port-forward pod/{} 8443:8443)",
         cell(identity),
         cell(identity)
     ))
