@@ -21,6 +21,7 @@ pub struct OrphansArgs {
     #[arg(
         short = 'o',
         long,
+        help_heading = "Output",
         env = "CAPC_HEALTH_OUTPUT",
         value_enum,
         default_value = "table"

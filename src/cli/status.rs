@@ -1,10 +1,16 @@
-//! `capc-health-shim status --url URL`: fetch a running shim's `/status` and render it for
-//! humans (or re-print it as JSON with `-o json`). The shim serves `/status` over HTTPS to
-//! bearer tokens the Kubernetes API authorizes (docs/status-and-metrics.md): the token comes
-//! from `--token-file`/`--token`, or in a pod from its ServiceAccount; its self-signed
-//! certificate is accepted only with `--insecure-skip-tls-verify` (or pinned with `--ca-file`).
+//! `capc-health-shim status`: fetch a running shim's `/status` and render it for humans (or
+//! re-print it as JSON with `-o json`). The shim serves `/status` over HTTPS to bearer tokens
+//! the Kubernetes API authorizes (docs/status-and-metrics.md).
+//!
+//! - Without `--url` ([`leader`]): the kubeconfig alone — the Lease names the leader's pod, a
+//!   port-forward through the API server reaches it, the token is `--token`/`--token-file`, a
+//!   short-lived one of `--service-account`, or the kubeconfig user's own.
+//! - With `--url` ([`client`]): that address; the token comes from `--token-file`/`--token`,
+//!   or in a pod from its ServiceAccount; its self-signed certificate is accepted only with
+//!   `--insecure-skip-tls-verify` (or pinned with `--ca-file`).
 
 mod client;
+pub mod leader;
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -34,6 +40,9 @@ pub mod exit {
     /// The shim refused the request: 401 (no token, or one the Kubernetes API does not accept)
     /// or 403 (the token's user may not read `/status`).
     pub const REFUSED: u8 = 4;
+    /// Without `--url`: the way to the shim through the Kubernetes API failed (kubeconfig,
+    /// Lease, pod, TokenRequest, port-forward refused).
+    pub const KUBE: u8 = 5;
 }
 
 /// Where and how to ask a running shim for its `/status`: the flags `status` and `orphans`
@@ -41,14 +50,20 @@ pub mod exit {
 #[derive(Debug, Clone, Args)]
 pub struct ShimConnection {
     /// The shim's address, e.g. https://localhost:8443 (`/status` is appended when the URL
-    /// has no path).
+    /// has no path) [default: the leader's pod, found through the kubeconfig: its Lease, a
+    /// port-forward].
     #[arg(long, env = "CAPC_HEALTH_URL")]
-    pub url: String,
+    pub url: Option<String>,
     /// Timeout of the whole request.
     #[arg(long, env = "CAPC_HEALTH_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub timeout: SignedDuration,
     #[command(flatten)]
     pub auth: ClientAuthArgs,
+    #[command(
+        flatten,
+        next_help_heading = "Without --url: through the Kubernetes API"
+    )]
+    pub kube: leader::KubeTarget,
 }
 
 impl ShimConnection {
@@ -66,14 +81,36 @@ impl ShimConnection {
         view: &View,
         render: impl FnOnce(&StatusReport) -> String,
     ) -> u8 {
-        let url = match status_url(&self.url) {
+        let timeout = Duration::try_from(self.timeout).unwrap_or(Duration::from_secs(5));
+        let given = match leader::route(self.url.as_deref(), &self.kube) {
+            Ok(leader::Route::Url(u)) => u,
+            Ok(leader::Route::Kube) => {
+                return match leader::via_kube(&self.kube, &self.auth, timeout, view).await {
+                    Ok(fetched) => {
+                        if let Some(note) = leader::hops_note(&self.kube.namespace, &fetched.hops) {
+                            eprintln!("{command}: {note}");
+                        }
+                        print!("{}", render(&fetched.report));
+                        exit::RENDERED
+                    }
+                    Err(e) => {
+                        eprintln!("{command}: {}", e.message());
+                        e.exit_code()
+                    }
+                };
+            }
+            Err(e) => {
+                eprintln!("{command}: {e}");
+                return exit::USAGE;
+            }
+        };
+        let url = match status_url(&given) {
             Ok(u) => view.url(u),
             Err(e) => {
                 eprintln!("{command}: {e}");
                 return exit::USAGE;
             }
         };
-        let timeout = Duration::try_from(self.timeout).unwrap_or(Duration::from_secs(5));
         let opts = match self.auth.options(&url, timeout) {
             Ok((opts, warnings)) => {
                 for w in warnings {
@@ -151,7 +188,7 @@ impl View {
 pub struct StatusArgs {
     #[command(flatten)]
     pub shim: ShimConnection,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "What to show")]
     pub view: View,
     #[arg(
         short = 'o',
@@ -237,7 +274,7 @@ fn standby_note(r: &StatusReport) -> Option<String> {
     }
     let identity = r.leader_identity.as_deref()?;
     Some(format!(
-        "STANDBY: this replica does not lead; the verdicts are on the leader, pod {} (port-forward to that pod: kubectl port-forward pod/{} 8443:8443)",
+        "STANDBY: this replica does not lead; the verdicts are on the leader, pod {} (without --url, `capc-health-shim status` asks the Lease's holder; or port-forward to that pod: kubectl port-forward pod/{} 8443:8443)",
         cell(identity),
         cell(identity)
     ))

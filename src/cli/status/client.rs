@@ -69,7 +69,9 @@ pub struct ClientAuthArgs {
     )]
     pub token: Option<BearerToken>,
     /// PEM CA bundle to verify the shim's certificate with, instead of the system's roots (for a
-    /// certificate given to the shim with --tls-cert-file).
+    /// certificate given to the shim with --tls-cert-file). Without --url the certificate must
+    /// name the pod; without --ca-file the certificate at the port-forward's far end (the pod
+    /// the API server forwarded to) is not verified.
     #[arg(long, env = "CAPC_HEALTH_CA_FILE", value_name = "PATH")]
     pub ca_file: Option<PathBuf>,
     /// Accept any certificate, e.g. the shim's self-signed one: still encrypted, but anyone
@@ -117,6 +119,22 @@ pub struct FetchOptions {
     /// PEM CA bundle that replaces the system roots.
     pub ca_pem: Option<Vec<u8>>,
     pub insecure_skip_tls_verify: bool,
+    /// A host name of the URL and the address to connect to for it (the port-forward's
+    /// loopback bridge), so that the certificate is checked for that name.
+    pub resolve: Option<(String, std::net::SocketAddr)>,
+}
+
+/// `--ca-file`: read, and holding at least one PEM certificate.
+pub fn read_ca(p: &Path) -> Result<Vec<u8>, String> {
+    let pem =
+        std::fs::read(p).map_err(|e| format!("cannot read --ca-file {}: {e}", p.display()))?;
+    match reqwest::Certificate::from_pem_bundle(&pem) {
+        Ok(certs) if !certs.is_empty() => Ok(pem),
+        _ => Err(format!(
+            "--ca-file {} holds no PEM certificate",
+            p.display()
+        )),
+    }
 }
 
 impl ClientAuthArgs {
@@ -149,19 +167,7 @@ impl ClientAuthArgs {
         }
         let ca_pem = match &self.ca_file {
             None => None,
-            Some(p) => {
-                let pem = std::fs::read(p)
-                    .map_err(|e| format!("cannot read --ca-file {}: {e}", p.display()))?;
-                match reqwest::Certificate::from_pem_bundle(&pem) {
-                    Ok(certs) if !certs.is_empty() => Some(pem),
-                    _ => {
-                        return Err(format!(
-                            "--ca-file {} holds no PEM certificate",
-                            p.display()
-                        ))
-                    }
-                }
-            }
+            Some(p) => Some(read_ca(p)?),
         };
         if self.insecure_skip_tls_verify && url.scheme() == "https" {
             warnings.push(
@@ -174,6 +180,7 @@ impl ClientAuthArgs {
                 token,
                 ca_pem,
                 insecure_skip_tls_verify: self.insecure_skip_tls_verify,
+                resolve: None,
             },
             warnings,
         ))
@@ -357,6 +364,9 @@ pub async fn fetch(url: &url::Url, opts: &FetchOptions) -> Result<StatusReport, 
     }
     if opts.insecure_skip_tls_verify {
         builder = builder.tls_danger_accept_invalid_certs(true);
+    }
+    if let Some((host, addr)) = &opts.resolve {
+        builder = builder.resolve(host, *addr);
     }
     let client = builder
         .build()
