@@ -14,6 +14,8 @@ pub mod sketch;
 #[cfg(test)]
 mod baseline_tests;
 #[cfg(test)]
+mod outcome_props;
+#[cfg(test)]
 mod outcome_tests;
 
 use serde::{Deserialize, Serialize};
