@@ -116,7 +116,7 @@ async fn scope_parameters_metrics_api_and_id_chunks() {
         let ids = s.get("ids").unwrap();
         assert_eq!(ids, ids.to_ascii_lowercase(), "ids are sent lowercase");
         // Stats asked: the sum of every retained row, whatever the server's global default.
-        assert_eq!(s.get("details"), Some("nics,stats"));
+        assert_eq!(s.get("details"), Some("nics,stats,tmpl,servoff"));
         assert_eq!(s.get("accumulate"), Some("true"));
     }
 }

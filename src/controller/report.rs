@@ -108,6 +108,7 @@ impl Controller {
             remnants,
             remnant_detection,
             writes: self.write_counts(),
+            scorecard: Some(self.scorecard_report()),
             ..Default::default()
         };
         // Series of scopes that are gone (past their retention) and of deleted Clusters go too.
@@ -124,6 +125,13 @@ impl Controller {
         if let Some(m) = &r.orphan_detection.memory {
             let problems = m.problems();
             r.problems.extend(problems);
+        }
+        if let Some(e) = r
+            .scorecard
+            .as_ref()
+            .and_then(|s| s.memory.as_ref()?.last_error.clone())
+        {
+            r.problems.push(e);
         }
         if let Some(p) = r.probe.clone() {
             r.problems.extend(p.last_error);

@@ -1,18 +1,21 @@
-//! The scorecard's decisions, pure (issue 44 items 1 and 2): what the shim did, or would have
-//! done, on each Machine, and how long the operator's VMs take to become Nodes. Not wired into
-//! the controller yet; everything here is `Serialize + Deserialize` so that the leader's memory
-//! can keep it across restarts.
+//! The scorecard's decisions, pure (issue 44): what the shim did, or would have done, on each
+//! Machine, and how long the operator's VMs take to become Nodes. What survives a leader
+//! change is `Serialize + Deserialize`.
 //!
+//! - [`card`]: the scorecard: observations per cycle → stories → counted outcomes.
 //! - [`outcome`]: one Machine's story, folded event by event, and its outcome when it ends.
 //! - [`baseline`]: boot times per (template, offering, zone) over a window, and the warnings.
 //! - [`sketch`]: the fixed-size quantile sketch the baselines keep per key.
 
 pub mod baseline;
+pub mod card;
 pub mod outcome;
 pub mod sketch;
 
 #[cfg(test)]
 mod baseline_tests;
+#[cfg(test)]
+mod card_tests;
 #[cfg(test)]
 mod outcome_props;
 #[cfg(test)]
@@ -24,6 +27,7 @@ pub use baseline::{
     warnings, BaselineRow, Baselines, BootKey, BootSample, MhcCoverage, Summary, WarnPolicy,
     Warning,
 };
+pub use card::{Kept, Observation, Scorecard, Seen, Total, DEFAULT_WARN_POLICY};
 pub use outcome::{
     Deleter, Event, MhcTrigger, Outcome, OutcomeKind, Recycler, ShimSaid, Story, Timing, OUTCOMES,
 };
