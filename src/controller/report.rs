@@ -126,12 +126,10 @@ impl Controller {
             let problems = m.problems();
             r.problems.extend(problems);
         }
-        if let Some(e) = r
-            .scorecard
-            .as_ref()
-            .and_then(|s| s.memory.as_ref()?.last_error.clone())
-        {
-            r.problems.push(e);
+        if let Some(m) = r.scorecard.as_ref().and_then(|s| s.memory.as_ref()) {
+            self.metrics.set_scorecard_memory(m);
+            let problems = m.problems();
+            r.problems.extend(problems);
         }
         if let Some(p) = r.probe.clone() {
             r.problems.extend(p.last_error);

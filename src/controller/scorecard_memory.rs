@@ -165,7 +165,11 @@ impl Controller {
                         store.aside = Some(stored);
                     }
                 }
-                store.report.kept_aside = store.aside.as_ref().map(|_| ASIDE_KEY.to_string());
+                store.report.kept_aside = match (&store.aside, &store.report.last_error) {
+                    (None, _) => None,
+                    (Some(_), Some(why)) => Some(format!("{ASIDE_KEY}: {why}")),
+                    (Some(_), None) => Some(format!("{ASIDE_KEY}: kept by an earlier leader")),
+                };
             }
         }
     }

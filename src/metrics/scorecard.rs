@@ -48,6 +48,7 @@ pub(super) struct ScorecardSeries {
     boot_seen: Mutex<BTreeSet<BootLabels>>,
     warnings: Family<WarningLabels, Gauge>,
     warnings_seen: Mutex<BTreeSet<WarningLabels>>,
+    memory_problem: Family<super::memory::ConfigMapLabels, Gauge>,
 }
 
 impl ScorecardSeries {
@@ -67,6 +68,11 @@ impl ScorecardSeries {
             "scorecard_warnings",
             "1 per scorecard warning in force: an MHC whose nodeStartupTimeout is below the boot p95 × margin of Machines it covers, a template whose boot p95 doubled",
             s.warnings.clone(),
+        );
+        registry.register(
+            "scorecard_memory_problem",
+            "1 while the scorecard's counts are not kept for the next leader: its stored copy cannot be read (nothing is written), a write fails, or an unreadable copy is kept aside",
+            s.memory_problem.clone(),
         );
         // Every outcome and reason at 0 from the start: an alert on the counter's increase
         // sees the first one of a new process (a series born at 1 shows no increase).
@@ -130,6 +136,18 @@ impl Metrics {
             s.warnings.get_or_create(l).set(1);
         }
         *seen = now;
+    }
+}
+
+impl Metrics {
+    pub fn set_scorecard_memory(&self, m: &crate::status::ScorecardMemoryReport) {
+        let labels = super::memory::ConfigMapLabels {
+            configmap: m.configmap.clone(),
+        };
+        self.scorecard
+            .memory_problem
+            .get_or_create(&labels)
+            .set(i64::from(m.troubled()));
     }
 }
 

@@ -103,9 +103,29 @@ pub struct ScorecardMemoryReport {
     pub bytes: usize,
     /// What did not fit in its bound at the last write.
     pub left_out: Vec<String>,
-    /// A stored scorecard that could not be read is kept under this key.
+    /// A stored scorecard that could not be read is kept aside: the key and why.
     pub kept_aside: Option<String>,
     pub last_error: Option<String>,
+}
+
+impl ScorecardMemoryReport {
+    /// Whether something keeps the counts from being kept: its read failed (nothing is
+    /// written), its last write failed, or an unreadable stored copy is kept aside.
+    pub fn troubled(&self) -> bool {
+        self.last_error.is_some() || self.kept_aside.is_some()
+    }
+
+    /// The `/status` problem lines.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.last_error.iter().cloned().collect();
+        if let Some(k) = &self.kept_aside {
+            out.push(format!(
+                "scorecard: ConfigMap {} holds stored counts this shim could not read, kept under {k}; counting started again (remove the key once looked at)",
+                self.configmap
+            ));
+        }
+        out
+    }
 }
 
 /// What `/status` says of the remnant report itself.
