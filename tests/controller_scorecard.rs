@@ -243,3 +243,175 @@ async fn a_silent_vm_that_then_joins_is_one_false_alarm_kept_for_the_next_leader
     assert!(serde_json::from_str::<serde_json::Value>(&data[DATA_KEY]).is_ok());
     f.cleanup().await;
 }
+
+/// Issue 44's baseline test: 200 Machines boot from two templates, 100 each; the test gives each
+/// its Node after a boot time of its own (fast template 20–28 s, slow 50–70 s after the
+/// Machine's creation). The scorecard's p95 per template is within 10 % of the p95 of those boot
+/// times, and the one MachineHealthCheck covering them, whose nodeStartupTimeout (45 s) is
+/// below 1.5 × the slow template's p95 but not the fast one's, is warned about — on `/status`
+/// and in the metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a kube-apiserver: `make test` runs it (hack/with-apiserver.sh)"]
+async fn two_hundred_boots_from_two_templates_give_their_p95_and_warn_of_a_short_mhc_timer() {
+    use kube_support::{simulator_from, ZONE_ID};
+    const PER_TEMPLATE: usize = 100;
+    let templates = [
+        (
+            "fast-tmpl",
+            "6a0b1b43-5f6e-4c5b-9a77-1d5f3c0e0a01",
+            20.0,
+            28.0,
+        ),
+        (
+            "slow-tmpl",
+            "6a0b1b43-5f6e-4c5b-9a77-1d5f3c0e0a02",
+            50.0,
+            70.0,
+        ),
+    ];
+    let mut vms = Vec::new();
+    for (t, _, _, _) in templates {
+        for i in 0..PER_TEMPLATE {
+            vms.push(
+                json!({"name": format!("{t}-vm-{i}"), "id": uuid::Uuid::new_v4().to_string(),
+                "guest": "healthy", "state": "Starting", "template": t}),
+            );
+        }
+    }
+    let scenario = json!({
+        "settings": {"stats_interval_seconds": 1, "boot_seconds": 1, "guest_speedup": 60,
+                     "guest_boot_seconds": 1.5, "guest_join_seconds": 3},
+        "zones": [{"name": "zone-a", "id": ZONE_ID}],
+        "networks": [{"name": "capi-shared", "zone": "zone-a", "cidr": "10.1.0.0/16"}],
+        "templates": templates.iter().map(|(n, id, _, _)| json!({"name": n, "id": id, "zones": ["zone-a"]})).collect::<Vec<_>>(),
+        "vms": vms,
+    });
+    let client = kube_client().await;
+    let f = Fixture::with_simulator(client.clone(), simulator_from(scenario, 1.0).await).await;
+    // The fixture's MHC covers every Machine: its node startup timeout, 45 s.
+    let timeout = if f.resources.mhc.version == "v1beta2" {
+        json!({"spec": {"checks": {"nodeStartupTimeoutSeconds": 45}}})
+    } else {
+        json!({"spec": {"nodeStartupTimeout": "45s"}})
+    };
+    kube_support::merge_patch(&client, &f.ns, &f.resources.mhc, "c1-mhc", timeout).await;
+
+    let (mut c, report) = f.controller(&[]).await;
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &f.ns, &f.resources.machine);
+    // Created in turn (cycling meanwhile so every one is first seen without its Node); each
+    // gets its boot time, drawn evenly over its template's range.
+    let mut schedule = Vec::new();
+    let mut created_all = 0;
+    for (t, _, low, high) in templates {
+        for i in 0..PER_TEMPLATE {
+            let name = format!("{t}-{i}");
+            f.machine(&name, Some(&format!("{t}-vm-{i}")), false, "fd1")
+                .await;
+            let created: jiff::Timestamp = machines
+                .get(&name)
+                .await
+                .expect("GET")
+                .metadata
+                .creation_timestamp
+                .expect("creationTimestamp")
+                .0
+                .to_string()
+                .parse()
+                .unwrap();
+            let boot = low + (high - low) * (i as f64 + 0.5) / PER_TEMPLATE as f64;
+            schedule.push((name, t, created, boot));
+            created_all += 1;
+            if created_all % 20 == 0 {
+                c.cycle(jiff::Timestamp::now()).await;
+            }
+        }
+    }
+    // The Nodes come at their times, from a task of their own.
+    let nodes = {
+        let machines = machines.clone();
+        let mut due: Vec<(jiff::Timestamp, String)> = schedule
+            .iter()
+            .map(|(n, _, created, boot)| {
+                (
+                    *created + jiff::SignedDuration::from_secs_f64(*boot),
+                    n.clone(),
+                )
+            })
+            .collect();
+        due.sort();
+        tokio::spawn(async move {
+            for (at, name) in due {
+                let wait = at.duration_since(jiff::Timestamp::now());
+                if wait.is_positive() {
+                    tokio::time::sleep(wait.unsigned_abs()).await;
+                }
+                let status = json!({"status": {"nodeRef": {"apiVersion": "v1", "kind": "Node", "name": name}}});
+                machines
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await
+                    .unwrap_or_else(|e| panic!("status.nodeRef of {name}: {e}"));
+            }
+        })
+    };
+    let r = cycle_until_report(
+        &mut c,
+        &report,
+        Duration::from_secs(180),
+        |r| {
+            r.scorecard.as_ref().is_some_and(|s| {
+                s.baselines.iter().map(|b| b.count).sum::<u64>() == 2 * PER_TEMPLATE as u64
+            })
+        },
+        |r| format!("{:?}", r.scorecard.as_ref().map(|s| &s.baselines)),
+    )
+    .await;
+    nodes.await.expect("the Node task");
+    let s = r.scorecard.unwrap();
+    let p95 = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[((v.len() as f64) * 0.95).ceil() as usize - 1]
+    };
+    for (t, _, _, _) in templates {
+        let row = s.baselines.iter().find(|b| b.key.template == t).expect(t);
+        assert_eq!(row.count, PER_TEMPLATE as u64, "{row:?}");
+        let measured = row.from_creation.expect("creation → Node").p95;
+        let simulated = p95(schedule.iter().filter(|x| x.1 == t).map(|x| x.3).collect());
+        let off = (measured - simulated).abs() / simulated;
+        eprintln!(
+            "{t}: p95 simulated {simulated:.1} s, scorecard {measured:.1} s ({:.1} % off)",
+            off * 100.0
+        );
+        assert!(off < 0.10, "{t}: {measured} vs {simulated}");
+    }
+    let mhc = format!("{}/c1-mhc", f.ns);
+    assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+    match &s.warnings[0] {
+        capc_health_shim::verdict::scorecard::Warning::MhcTimeoutBelowBoot {
+            mhc: m,
+            timeout_secs,
+            key,
+            ..
+        } => {
+            assert_eq!(
+                (m, *timeout_secs, key.template.as_str()),
+                (&mhc, 45, "slow-tmpl")
+            );
+        }
+        w => panic!("{w:?}"),
+    }
+    let metrics = c.metrics().encode();
+    assert!(
+        metrics.contains(&format!(
+            "capc_health_scorecard_warnings{{warning=\"mhc-timeout-below-boot\",subject=\"{mhc}\"}} 1"
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.lines().any(|l| l
+            .starts_with("capc_health_boot_to_node_seconds{template=\"slow-tmpl\"")
+            && l.contains("quantile=\"0.95\"")),
+        "{metrics}"
+    );
+    f.cleanup().await;
+}

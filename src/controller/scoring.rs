@@ -320,7 +320,7 @@ mod tests {
         let t = timing(
             &annotation,
             false,
-            &[v1beta2.clone()],
+            std::slice::from_ref(&v1beta2),
             "CloudStackVMHealthy",
             delay,
         );

@@ -355,7 +355,8 @@ impl Scorecard {
 /// tell until its verdict changes; a Machine being deleted, nothing at all.
 fn worth_following(o: &Observation) -> bool {
     let healthy = o.verdict.as_ref().is_none_or(|v| v.status == Status::True);
-    !o.deleting && !(o.has_node && healthy)
+    let healthy_node = o.has_node && healthy;
+    !(o.deleting || healthy_node)
 }
 
 fn deleter(owned: bool) -> Deleter {
