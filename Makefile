@@ -132,7 +132,7 @@ test-rust-build: apiserver-build
 test-rust-run:
 	@# controller_v1beta2_only's one test needs the capi-1.13-v1beta2-only profile (it fails elsewhere): run in the last pass
 	hack/with-apiserver.sh capi-1.9 $(CARGO) test --workspace $(KUBE_TESTS) --skip condition_mode_without_one_v1beta1_request
-	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_probe --test controller_orphans --test controller_rbac --test controller_rows --test controller_faults --test controller_tenants --test controller_writer --test controller_budget --test writes_still_true --test alerts_kube --test fault_matrix --test run_binary --test deploy_manifests --test release_manifests --test operator_walk --test controller_coverage --test cleanup_kube $(KUBE_TESTS)
+	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test controller_kube --test controller_probe --test controller_orphans --test controller_rbac --test controller_rows --test controller_faults --test controller_tenants --test controller_writer --test controller_budget --test writes_still_true --test alerts_kube --test fault_matrix --test run_binary --test deploy_manifests --test release_manifests --test operator_walk --test controller_coverage --test cleanup_kube --test controller_scorecard $(KUBE_TESTS)
 	@# condition mode for every fault-matrix row but the two that time the remediate-machine annotation (annotate mode only; they fail here)
 	hack/with-apiserver.sh capi-1.13 $(CARGO) test --test fault_matrix_kube $(KUBE_TESTS) --skip the_leader_killed_mid_escalation
 	hack/with-apiserver.sh capi-1.13-v1beta2-only $(CARGO) test --test controller_v1beta2_only --test controller_kube --test controller_coverage --test controller_rbac --test run_binary $(KUBE_TESTS)

@@ -60,6 +60,8 @@ enum Command {
     Status(cli::status::StatusArgs),
     /// List the VMs a running shim reports as orphans, with the CloudMonkey commands to remove them (never run).
     Orphans(cli::orphans::OrphansArgs),
+    /// What a running shim did, or would have done, on the fleet: outcomes since counting began, the latest ones, boot times per template and the warnings (e.g. an MHC timer below the boot p95).
+    Scorecard(cli::scorecard::ScorecardArgs),
     /// Print the MachineHealthCheck (or the patch to an existing one) that recycles a Cluster's Machines on the shim's verdict.
     Mhc(cli::mhc::MhcArgs),
     /// After uninstalling: list what the shim left (its Lease and memory ConfigMap, its condition entries and annotations on Machines, MHC entries naming its condition); --yes removes it.
@@ -100,6 +102,7 @@ fn main() -> ExitCode {
             Command::Check(args) => check::main(*args).await,
             Command::Status(args) => cli::status::main(args).await,
             Command::Orphans(args) => cli::orphans::main(args).await,
+            Command::Scorecard(args) => cli::scorecard::main(args).await,
             Command::Mhc(args) => cli::mhc::main(args).await,
             Command::Cleanup(args) => cli::cleanup::main(args).await,
         }

@@ -59,7 +59,7 @@ async fn signed_requests_and_pagination_across_pages_with_count() {
         assert_eq!(s.get("command"), Some("listVirtualMachines"));
         assert_eq!(s.get("listall"), Some("true"));
         // Without stats asked: the cheap listing (no vm_stats rows summed).
-        assert_eq!(s.get("details"), Some("nics"));
+        assert_eq!(s.get("details"), Some("nics,tmpl,servoff"));
         assert!(s.get("accumulate").is_none());
         assert_eq!((s.page(), s.pagesize()), (i as u32 + 1, 2));
         assert!(s.get("ids").is_none() && s.get("projectid").is_none());
@@ -116,7 +116,7 @@ async fn scope_parameters_metrics_api_and_id_chunks() {
         let ids = s.get("ids").unwrap();
         assert_eq!(ids, ids.to_ascii_lowercase(), "ids are sent lowercase");
         // Stats asked: the sum of every retained row, whatever the server's global default.
-        assert_eq!(s.get("details"), Some("nics,stats"));
+        assert_eq!(s.get("details"), Some("nics,stats,tmpl,servoff"));
         assert_eq!(s.get("accumulate"), Some("true"));
     }
 }

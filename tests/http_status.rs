@@ -222,6 +222,7 @@ fn report() -> StatusReport {
             suspects: 0,
         },
         writes: [("condition/written".to_string(), 12)].into(),
+        scorecard: None,
     }
 }
 

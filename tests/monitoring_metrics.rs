@@ -88,6 +88,39 @@ fn recorded() -> Metrics {
         configmap: "capc-health-shim-system/capc-health-shim-memory".to_string(),
         ..Default::default()
     });
+    {
+        use capc_health_shim::verdict::scorecard::{BaselineRow, BootKey, Summary, Warning};
+        let key = BootKey {
+            template: "ubuntu".to_string(),
+            offering: "medium".to_string(),
+            zone: "zone-a".to_string(),
+        };
+        let boot = Summary {
+            count: 5,
+            p50: 300.0,
+            p95: 420.0,
+            max: 480.0,
+        };
+        m.set_scorecard(
+            &[BaselineRow {
+                key: key.clone(),
+                count: 5,
+                from_creation: Some(boot),
+                from_running: None,
+            }],
+            &[Warning::MhcTimeoutBelowBoot {
+                mhc: "ns/c1-mhc".to_string(),
+                timeout_secs: 300,
+                key,
+                p95_secs: 420.0,
+                margin: 1.5,
+            }],
+        );
+        m.set_scorecard_memory(&capc_health_shim::status::ScorecardMemoryReport {
+            configmap: "capc-health-shim-system/capc-health-shim-memory".to_string(),
+            ..Default::default()
+        });
+    }
     m
 }
 

@@ -493,6 +493,8 @@ fn gen_vm(b: &mut Bytes<'_>, i: usize) -> VirtualMachine {
         jobid: b.opt_text(3),
         jobstatus: b.bool().then(|| b.u64() as i64 >> b.below(64)),
         hypervisor: b.opt_text(3),
+        templatename: None,
+        serviceofferingname: None,
     }
 }
 

@@ -13,6 +13,7 @@
 pub mod cleanup;
 pub mod mhc;
 pub mod orphans;
+pub mod scorecard;
 pub mod status;
 
 use clap::{Args, ValueEnum};

@@ -178,6 +178,14 @@ pub struct RunArgs {
     /// installs whose RBAC grants no access to those Secrets.
     #[arg(long, env = "CAPC_HEALTH_NO_WORKLOAD_NODE_LOOKUP")]
     pub no_workload_node_lookup: bool,
+    /// How long a Machine with its Node must stay `True` before its story ends in the
+    /// scorecard (a `False` before it is then a false alarm; docs/scorecard.md).
+    #[arg(long, env = "CAPC_HEALTH_SCORECARD_SETTLE", default_value = "10m", value_parser = duration_in(SignedDuration::from_secs(1), SignedDuration::from_hours(24)))]
+    pub scorecard_settle: SignedDuration,
+    /// The window of the scorecard's boot baselines (p50/p95/max per template, offering and
+    /// zone); a template's p95 is compared with the window before.
+    #[arg(long, env = "CAPC_HEALTH_SCORECARD_WINDOW", default_value = "168h", value_parser = duration_in(SignedDuration::from_mins(1), SignedDuration::from_hours(24 * 90)))]
+    pub scorecard_window: SignedDuration,
 }
 
 /// A Secret named as `NAMESPACE/NAME`.

@@ -12,7 +12,9 @@
 //!    finder runs here, over the metadata watches), condition writes with their
 //!    Events, the remediate annotation — handed to the [writer](super::writer) task, which
 //!    sends each behind the leader Lease and its own timeout.
-//! 5. [report](super::report): `/status` and the verdict gauges.
+//! 5. [scoring](super::scoring): every Machine's cycle into the scorecard; the outcomes that
+//!    ended into their counters.
+//! 6. [report](super::report): `/status` and the verdict gauges.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -80,6 +82,11 @@ pub struct Controller {
     /// Whether a cycle waits for its writes (tests: a cycle and its writes as one step) or
     /// leaves them to the writer (`run`: [`Controller::detached_writes`]).
     pub(super) wait_for_writes: bool,
+    /// What the shim did, or would have done, on each Machine (issue 44).
+    pub(super) scorecard: crate::verdict::scorecard::Scorecard,
+    /// Where the scorecard's counts are kept for the next leader
+    /// ([`Controller::with_scorecard_memory`]).
+    pub(super) scorecard_memory: Option<super::scorecard_memory::ScorecardStore>,
 }
 
 /// A condition this process wrote, and the version of the Machine it was based on.
@@ -135,6 +142,11 @@ impl Controller {
         let lease = Arc::new(LeaseGate::unelected(to_std(args.kube_timeout)));
         let orphans =
             (!args.no_orphan_report).then(|| crate::orphans::OrphanFinder::new(args.orphan_grace));
+        let scorecard = crate::verdict::scorecard::Scorecard::new(
+            Timestamp::now(),
+            args.scorecard_settle,
+            args.scorecard_window,
+        );
         Self {
             client,
             args,
@@ -161,6 +173,8 @@ impl Controller {
             write_errors: HashMap::new(),
             refusal: None,
             wait_for_writes: true,
+            scorecard,
+            scorecard_memory: None,
         }
     }
 
@@ -212,6 +226,8 @@ impl Controller {
             self.announce_orphans(&new_orphans, &mut summary);
             self.find_remnants(now, &mut summary);
             let acted = self.act(&gathered, &decided, now, &mut summary).await;
+            self.score(&gathered, &decided, &acted, now);
+            self.keep_scorecard(now).await;
             self.report(&gathered, &decided, acted, &summary, now).await;
             summary
         }

@@ -36,6 +36,8 @@ pub mod remnant_watch;
 pub mod remnants;
 pub mod report;
 pub mod run;
+pub mod scorecard_memory;
+pub mod scoring;
 pub mod targets;
 pub mod writer;
 

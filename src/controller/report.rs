@@ -108,6 +108,7 @@ impl Controller {
             remnants,
             remnant_detection,
             writes: self.write_counts(),
+            scorecard: Some(self.scorecard_report()),
             ..Default::default()
         };
         // Series of scopes that are gone (past their retention) and of deleted Clusters go too.
@@ -122,6 +123,11 @@ impl Controller {
             .collect();
         self.metrics.forget_gone(&scopes, &clusters);
         if let Some(m) = &r.orphan_detection.memory {
+            let problems = m.problems();
+            r.problems.extend(problems);
+        }
+        if let Some(m) = r.scorecard.as_ref().and_then(|s| s.memory.as_ref()) {
+            self.metrics.set_scorecard_memory(m);
             let problems = m.problems();
             r.problems.extend(problems);
         }

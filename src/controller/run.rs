@@ -349,8 +349,14 @@ pub async fn main(args: RunArgs) -> u8 {
         namespace.trim(),
         &args.orphan_memory_configmap,
     ));
+    controller = controller.with_scorecard_memory(super::scorecard_memory::ScorecardStore::new(
+        &client,
+        namespace.trim(),
+        &args.orphan_memory_configmap,
+    ));
     // What an earlier leader remembered, before the first cycle judges anything.
     controller.restore_memory().await;
+    controller.restore_scorecard().await;
     let interval = Duration::try_from(args.poll_interval).unwrap_or(Duration::from_secs(30));
     let mut code = exit::STOPPED;
     let mut last_discovery = std::time::Instant::now();

@@ -47,6 +47,8 @@ pub struct MachineView {
     /// `spec.infrastructureRef` kind and name.
     pub infrastructure_kind: Option<String>,
     pub infrastructure_name: Option<String>,
+    /// A MachineHealthCheck's `HealthCheckSucceeded=False` on it: its reason and message.
+    pub health_check_failed: Option<(String, String)>,
 }
 
 impl MachineView {
@@ -73,6 +75,7 @@ impl MachineView {
             owner_kind: m.metadata.owner_kind().map(str::to_string),
             infrastructure_kind: owned(&m.spec.infrastructure_ref.kind),
             infrastructure_name: owned(&m.spec.infrastructure_ref.name),
+            health_check_failed: health_check_failed(m),
         })
     }
 
@@ -93,6 +96,30 @@ impl MachineView {
         self.annotations.contains_key(key)
     }
 }
+
+/// The MachineHealthCheck's mark: `HealthCheckSucceeded` at `False`, in the list of either
+/// layout (v1beta1's `status.conditions` and `status.v1beta2.conditions`, v1beta2's
+/// `status.conditions`).
+fn health_check_failed(m: &MachineObject) -> Option<(String, String)> {
+    m.status
+        .conditions
+        .iter()
+        .chain(&m.status.v1beta2.conditions)
+        .find(|c| {
+            c.type_.as_deref() == Some(HEALTH_CHECK_SUCCEEDED)
+                && c.status.as_deref() == Some("False")
+        })
+        .map(|c| {
+            (
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+}
+
+/// The condition a MachineHealthCheck sets on the Machines it checks (cluster-api v1.9.6
+/// api/v1beta1/condition_consts.go; v1.13.5 api/core/v1beta2/machine_types.go).
+pub const HEALTH_CHECK_SUCCEEDED: &str = "HealthCheckSucceeded";
 
 /// The one shared copy of a label set. The Machines of a MachineSet or control plane carry the
 /// same labels, so 10 000 Machines hold a handful of sets (a map of two labels is a 540-byte

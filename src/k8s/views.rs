@@ -252,6 +252,9 @@ pub struct HealthCheckSpec {
     /// timeoutSeconds}`.
     #[serde(deserialize_with = "object_or_default")]
     pub checks: HealthCheckChecks,
+    /// v1beta1: `spec.nodeStartupTimeout`, a Go duration.
+    #[serde(with = "As::<DefaultOnError>")]
+    pub node_startup_timeout: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -259,6 +262,9 @@ pub struct HealthCheckSpec {
 pub struct HealthCheckChecks {
     #[serde(with = "As::<DefaultOnError<VecSkipError<Same>>>")]
     pub unhealthy_machine_conditions: Vec<MachineConditionRule>,
+    /// v1beta2: `spec.checks.nodeStartupTimeoutSeconds`.
+    #[serde(with = "As::<DefaultOnError>")]
+    pub node_startup_timeout_seconds: Option<i64>,
 }
 
 /// One entry of an MHC's `unhealthyMachineConditions`, of either API version.

@@ -199,6 +199,9 @@ pub struct HealthCheckRecord {
     /// `unhealthyMachineConditions` of either API version (`spec.checks.…` in v1beta2,
     /// `spec.…` in v1beta1 since CAPI 1.13); entries without a type or status are dropped.
     pub machine_conditions: Vec<ConditionRule>,
+    /// `nodeStartupTimeout` (v1beta1) or `checks.nodeStartupTimeoutSeconds` (v1beta2), when
+    /// set: how long it lets a Machine go without its Node.
+    pub node_startup_timeout: Option<SignedDuration>,
 }
 
 impl HealthCheckRecord {
@@ -230,6 +233,12 @@ impl HealthCheckRecord {
                     })
                 })
                 .collect(),
+            node_startup_timeout: v
+                .spec
+                .checks
+                .node_startup_timeout_seconds
+                .map(SignedDuration::from_secs)
+                .or_else(|| v.spec.node_startup_timeout.as_deref().and_then(go_duration)),
         })
     }
 

@@ -182,6 +182,7 @@ pub struct Metrics {
     scopes_seen: Mutex<BTreeSet<String>>,
     standing: standing::Standing,
     memory: memory::MemoryGauges,
+    scorecard: scorecard::ScorecardSeries,
 }
 
 impl Default for Metrics {
@@ -311,9 +312,11 @@ impl Metrics {
         );
         let standing = standing::Standing::register(&mut registry);
         let memory = memory::MemoryGauges::register(&mut registry);
+        let scorecard = scorecard::ScorecardSeries::register(&mut registry);
         Self {
             standing,
             memory,
+            scorecard,
             registry,
             verdicts,
             verdicts_seen: Mutex::new(BTreeSet::new()),
@@ -522,6 +525,7 @@ impl Metrics {
 
 mod findings;
 mod memory;
+mod scorecard;
 mod standing;
 pub use standing::{ClusterLabels, MachineLabels, PollFailureLabels};
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::verdict::Status;
+use crate::verdict::{self, Status};
 use capi_model::apis::ApiChoice;
 
 /// The whole `/status` document.
@@ -54,6 +54,78 @@ pub struct StatusReport {
     /// started leading (the outcomes of `capc_health_writes_total`, `unchanged` aside).
     #[serde(default)]
     pub writes: BTreeMap<String, u64>,
+    /// What the shim did, or would have done, on the Machines whose story ended (issue 44);
+    /// `None` on a standby (only the leader follows the stories).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scorecard: Option<ScorecardReport>,
+}
+
+/// `/status` `scorecard`: the outcomes counted since `since`, by outcome, reason and group, the
+/// latest ones, and the boot baselines of the current window with their warnings
+/// (docs/scorecard.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScorecardReport {
+    /// When counting began (kept across leaders with the shim's memory).
+    pub since: Timestamp,
+    /// How long a Machine with its Node must stay `True` for its story to end.
+    pub settle_seconds: i64,
+    /// Stories going on now.
+    pub following: usize,
+    /// Outcome → count and the seconds they add up (saved, `False` → delete, …).
+    pub totals: BTreeMap<String, verdict::scorecard::Total>,
+    /// Outcome → reason of the `False` → count.
+    pub by_reason: BTreeMap<String, BTreeMap<String, u64>>,
+    /// `cluster`/`zone`/`template` → value → outcome → count.
+    pub groups: BTreeMap<String, BTreeMap<String, BTreeMap<String, u64>>>,
+    /// Stories that ended with nothing to say about the shim.
+    pub uneventful: u64,
+    /// Machines not followed because too many stories were.
+    pub untracked: u64,
+    /// The latest outcomes, newest last, with their evidence.
+    pub recent: Vec<verdict::scorecard::Outcome>,
+    pub window_start: Timestamp,
+    pub window_seconds: i64,
+    pub baselines: Vec<verdict::scorecard::BaselineRow>,
+    pub warnings: Vec<verdict::scorecard::Warning>,
+    /// `None` where nothing keeps it (tests without a ConfigMap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<ScorecardMemoryReport>,
+}
+
+/// `/status` `scorecard.memory`: where the counts are kept and how that goes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ScorecardMemoryReport {
+    /// `namespace/name`.
+    pub configmap: String,
+    pub read: MemoryRead,
+    pub written_at: Option<Timestamp>,
+    pub bytes: usize,
+    /// What did not fit in its bound at the last write.
+    pub left_out: Vec<String>,
+    /// A stored scorecard that could not be read is kept aside: the key and why.
+    pub kept_aside: Option<String>,
+    pub last_error: Option<String>,
+}
+
+impl ScorecardMemoryReport {
+    /// Whether something keeps the counts from being kept: its read failed (nothing is
+    /// written), its last write failed, or an unreadable stored copy is kept aside.
+    pub fn troubled(&self) -> bool {
+        self.last_error.is_some() || self.kept_aside.is_some()
+    }
+
+    /// The `/status` problem lines.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.last_error.iter().cloned().collect();
+        if let Some(k) = &self.kept_aside {
+            out.push(format!(
+                "scorecard: ConfigMap {} holds stored counts this shim could not read, kept under {k}; counting started again (remove the key once looked at)",
+                self.configmap
+            ));
+        }
+        out
+    }
 }
 
 /// What `/status` says of the remnant report itself.

@@ -414,11 +414,17 @@ impl Fixture {
             stores.wait_until_ready(Duration::from_secs(30)).await,
             "watches sync"
         );
+        // `--mode` forced as `run` forces it (capi_model::apis::choose).
+        let mut choice = self.choice.clone();
+        if let Some(mode) = run.mode.forced() {
+            choice.mode = mode;
+            choice.mode_source = "forced".into();
+        }
         let report = Arc::new(StatusBoard::default());
         let c = Controller::new(
             client,
             run,
-            self.choice.clone(),
+            choice,
             self.resources.clone(),
             stores,
             report.clone(),

@@ -325,6 +325,21 @@ pub struct VirtualMachine {
         skip_serializing_if = "Option::is_none"
     )]
     pub hypervisor: Option<String>,
+    /// With `details` `tmpl` (UserVmJoinDaoImpl.newUserVmResponse sets the template fields
+    /// for `all` or `tmpl`): what the scorecard groups boot times by.
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub templatename: Option<String>,
+    /// With `details` `servoff` (same place, for `all` or `servoff`).
+    #[serde(
+        default,
+        deserialize_with = "lenient::string_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub serviceofferingname: Option<String>,
 }
 
 /// One NIC of a VM (`nic[]` with `details=nics`).

@@ -45,6 +45,10 @@ pub struct Sighting {
     pub job_pending: bool,
     /// The default NIC's IPv4 address on its network: what the guest probe asks about.
     pub probe_nic: Option<ProbeNic>,
+    /// Template, service offering and zone names: what the scorecard groups by.
+    pub template: Option<String>,
+    pub offering: Option<String>,
+    pub zone: Option<String>,
 }
 
 impl Sighting {
@@ -73,6 +77,9 @@ impl Sighting {
             job_pending: vm.jobid.as_deref().is_some_and(|j| !j.trim().is_empty())
                 && vm.jobstatus.is_none_or(|s| s == 0),
             probe_nic: probe_nic(vm),
+            template: vm.templatename.clone(),
+            offering: vm.serviceofferingname.clone(),
+            zone: vm.zonename.clone(),
         }
     }
 

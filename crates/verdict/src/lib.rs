@@ -11,6 +11,7 @@
 //!   benches share.
 //! - [`condition`]: turning verdicts into a condition whose `lastTransitionTime` only moves
 //!   when the status flips.
+//! - [`scorecard`]: outcomes per Machine and boot baselines (issue 44; not wired yet).
 //!
 //! What Cluster API and CAPC objects are (served versions, the condition entry and its apply
 //! body, well-known labels) is the `capi-model` crate's; the condition's [`Status`] and
@@ -24,6 +25,7 @@ pub mod graces;
 pub mod guard;
 pub mod history;
 pub mod probe;
+pub mod scorecard;
 pub mod standing;
 pub mod traffic;
 

@@ -54,6 +54,8 @@ pub(crate) fn vm(state: VmState) -> VirtualMachine {
         jobid: None,
         jobstatus: None,
         hypervisor: Some("KVM".into()),
+        templatename: None,
+        serviceofferingname: None,
     }
 }
 

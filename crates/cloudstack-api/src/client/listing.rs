@@ -23,7 +23,7 @@ pub struct VmListQuery {
     pub ids: Vec<String>,
     /// Use `listVirtualMachinesMetrics` (CAPC's call) instead of `listVirtualMachines`.
     pub use_metrics_api: bool,
-    /// Ask for traffic statistics (`details=nics,stats&accumulate=true`). Off, the listing is
+    /// Ask for traffic statistics (`details=nics,stats,…&accumulate=true`). Off, the listing is
     /// `details=nics`: CloudStack then sums no `vm_stats` rows, which for every listed VM can
     /// be up to retention × management servers rows (cloudstack-api.md §3.1b, "Cost").
     pub with_stats: bool,
@@ -79,9 +79,12 @@ impl CloudStackClient {
         };
         let mut base: Vec<(&str, &str)> = vec![("listall", "true")];
         if query.with_stats {
-            base.extend([("details", "nics,stats"), ("accumulate", "true")]);
+            base.extend([
+                ("details", "nics,stats,tmpl,servoff"),
+                ("accumulate", "true"),
+            ]);
         } else {
-            base.push(("details", "nics"));
+            base.push(("details", "nics,tmpl,servoff"));
         }
         if let Some(v) = &query.project_id {
             base.push(("projectid", v));
