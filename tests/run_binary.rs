@@ -143,14 +143,17 @@ async fn the_binary_leads_publishes_reports_and_stops_cleanly() {
     assert!(metrics.contains("capc_health_leader 1"), "{metrics}");
     // What deploy/components/monitoring queries is on this running shim's /metrics, but for
     // the families whose series only an event this test does not cause creates (no orphan, no
-    // remnant, no guest probe, no failed poll, no escalation in condition mode);
-    // tests/monitoring_metrics.rs finds those after recording each.
+    // remnant, no guest probe, no failed poll, no escalation in condition mode, no Machine that
+    // becomes a Node: no boot time, no scorecard warning); tests/monitoring_metrics.rs finds
+    // those after recording each, tests/controller_scorecard.rs the scorecard's from a fleet.
     let not_here = [
         "capc_health_orphan_vms",
         "capc_health_remnant_objects",
         "capc_health_probe_events_total",
         "capc_health_scope_poll_failures_total",
         "capc_health_escalations_total",
+        "capc_health_boot_to_node_seconds",
+        "capc_health_scorecard_warnings",
     ];
     let exported = metric_names::exported(&metrics);
     let missing: Vec<_> = metric_names::queried()
