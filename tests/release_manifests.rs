@@ -370,16 +370,29 @@ async fn run_binary_as_the_release(
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    // Its /status, for what the values set (read with the same token).
-    let status: Value = http
-        .get(format!("https://{addr}/status"))
-        .bearer_auth(&token)
-        .send()
-        .await
-        .expect("GET /status")
-        .json()
-        .await
-        .expect("/status is JSON");
+    // Its /status once a cycle reported (`generated_at`; before that a leader serves the empty
+    // report), for what the values set (read with the same token).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status: Value = loop {
+        let status: Value = http
+            .get(format!("https://{addr}/status"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .expect("GET /status")
+            .json()
+            .await
+            .expect("/status is JSON");
+        if !status["generated_at"].is_null() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no cycle reported within 60 s: {status}\n{}",
+            shim.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
     let _ = bindings
         .delete(name(&binding), &DeleteParams::default())
         .await;
