@@ -193,9 +193,28 @@ pub fn same_vms(vms: &[VmFacts], a: (CauseKind, &str), b: (CauseKind, &str)) -> 
         .all(|v| (value_of(v, a.0) == Some(a.1)) == (value_of(v, b.0) == Some(b.1)))
 }
 
+/// How hard the storms are: the most of the cause's VMs that stay healthy and the most
+/// independent failures added (each drawn uniformly up to it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Harshness {
+    pub max_stay_healthy: f64,
+    pub max_noise: usize,
+}
+
+/// The benchmark's storms: 0–15 % stay healthy, 0–5 independent failures.
+pub const USUAL: Harshness = Harshness {
+    max_stay_healthy: 0.15,
+    max_noise: 5,
+};
+
 /// A storm of `kind` in a fresh fleet of `n` VMs; `None` when the fleet has no value of that
 /// kind with [`MIN_CAUSE_VMS`] VMs (the caller draws again).
 pub fn storm(rng: &mut Rng, n: usize, kind: StormKind) -> Option<Storm> {
+    storm_with(rng, n, kind, &USUAL)
+}
+
+/// [`storm`] at another [`Harshness`].
+pub fn storm_with(rng: &mut Rng, n: usize, kind: StormKind, h: &Harshness) -> Option<Storm> {
     let mut fleet = fleet(rng, n, if kind == StormKind::Zone { 2 } else { 1 });
     debug_assert!(kind != StormKind::Zone || fleet.zones >= 2);
     // Values with enough VMs, in first-seen order (deterministic).
@@ -213,7 +232,7 @@ pub fn storm(rng: &mut Rng, n: usize, kind: StormKind) -> Option<Storm> {
         return None;
     }
     let cause = counts[rng.below(counts.len())].0.clone();
-    let stay_healthy = rng.unit() * 0.15;
+    let stay_healthy = rng.unit() * h.max_stay_healthy;
     let host_state = match rng.below(3) {
         0 => Some(HostControlState::Offline),
         1 => Some(HostControlState::Other("Disconnected".to_string())),
@@ -235,7 +254,7 @@ pub fn storm(rng: &mut Rng, n: usize, kind: StormKind) -> Option<Storm> {
         }
         vm.failing = rng.unit() >= stay_healthy;
     }
-    let noise = rng.below(6);
+    let noise = rng.below(h.max_noise + 1);
     add_failures(rng, &mut fleet.vms, noise);
     Some(Storm {
         vms: fleet.vms,
@@ -335,6 +354,11 @@ impl Score {
 /// Runs `per_kind` storms of every kind (sizes cycling through [`SIZES`]) and as many sets of
 /// independent failures of the same sizes through [`find`] with `policy`.
 pub fn evaluate(seed: u64, per_kind: usize, policy: &Policy) -> Score {
+    evaluate_with(seed, per_kind, policy, &USUAL)
+}
+
+/// [`evaluate`] with storms of another [`Harshness`].
+pub fn evaluate_with(seed: u64, per_kind: usize, policy: &Policy, h: &Harshness) -> Score {
     let mut rng = Rng::new(seed);
     let mut score = Score::default();
     for kind in StormKind::ALL {
@@ -346,7 +370,7 @@ pub fn evaluate(seed: u64, per_kind: usize, policy: &Policy) -> Score {
         while ks.storms < per_kind {
             let n = SIZES[i % SIZES.len()];
             i += 1;
-            let Some(s) = storm(&mut rng, n, kind) else {
+            let Some(s) = storm_with(&mut rng, n, kind, h) else {
                 continue;
             };
             ks.storms += 1;
