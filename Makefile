@@ -156,6 +156,8 @@ bench: build apiserver-build e2e-build
 	@# section 1 (CloudStack load against CAPC) reads the calls counted per key in the e2e
 	$(MAKE) e2e-load
 	$(CARGO) bench --bench scale
+	@# section 7 (issue 45): the incident finder over generated storms; merges into the report
+	$(CARGO) bench -p verdict --bench incidents
 	$(MAKE) apiserver-runner
 	$(CARGO) bench --bench controller
 ## (part three, benches/controller/: the release `capc-health-shim run` as a process against a fresh real
@@ -175,6 +177,13 @@ bench: build apiserver-build e2e-build
 ## CAPC_SOAK_CYCLES / CAPC_SOAK_MACHINES shorten it.
 ## make bench-load: the scale report's CloudStack load sections alone (~1 min) → target/bench/load-only/;
 ## section 1 reads target/e2e/cloudstack-load.json (make e2e-load) and says so when it is missing
+## make bench-incidents: section 7 alone (issue 45, ~1 min with its release build): precision and recall
+## of the cause verdict::incidents names over generated storms, causes named for independent failures
+## → target/bench/incidents.json, merged into report.json and report.md (CAPC_BENCH_INCIDENT_STORMS per kind)
+.PHONY: bench-incidents
+bench-incidents:
+	$(CARGO) bench -p verdict --bench incidents
+
 .PHONY: bench-load
 bench-load:
 	CAPC_BENCH_SCALE_ONLY=load $(CARGO) bench --bench scale

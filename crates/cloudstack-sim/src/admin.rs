@@ -1,6 +1,6 @@
 //! The `/sim/…` admin JSON API: VMs (create, inspect, faults, guest traffic profile), hosts,
-//! settings, API-level faults, call counts, reset and the clock, networks and their virtual
-//! routers.
+//! settings, API-level faults, call counts, reset and the clock, networks (and their uplink)
+//! and their virtual routers.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -509,7 +509,37 @@ fn network_admin_json(w: &World, i: usize) -> Value {
         "virtual_router": n.virtual_router,
         "owner": owner_json(w, n.owner),
         "routers": w.routers_of(i).into_iter().map(|r| w.routers[r].id.clone()).collect::<Vec<_>>(),
+        "uplink": n.uplink_lost_since.is_none(),
+        "gateway_lost_since": w.gateway_lost_since(i).map(format_time),
     })
+}
+
+/// `POST /sim/networks/{id}` `{"uplink": false | true}` (id or name): the network loses or
+/// gets back its uplink now (`World::set_network_uplink_now`: its guests' gateway stops
+/// answering; CloudStack sees nothing).
+pub(crate) async fn admin_set_network(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let v = match parse_body(&body) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    let Some(up) = v.get("uplink").and_then(Value::as_bool) else {
+        return admin_error(
+            StatusCode::BAD_REQUEST,
+            "body must be {\"uplink\": true | false}",
+        );
+    };
+    let mut st = app.sim.lock_advanced();
+    let Some(i) = st.world.network_index(&id) else {
+        return admin_error(StatusCode::NOT_FOUND, format!("no network {id:?}"));
+    };
+    if let Err(e) = st.world.set_network_uplink_now(i, up) {
+        return world_error(e);
+    }
+    Json(network_admin_json(&st.world, i)).into_response()
 }
 
 fn router_admin_json(w: &World, r: &Router) -> Value {

@@ -51,6 +51,10 @@ pub struct Template {
     /// Zones (indices) it was downloaded to; `listTemplates` shows one entry per zone.
     pub zones: Vec<usize>,
     pub size_bytes: u64,
+    /// How the guests of VMs deployed from it behave when their spec does not say (a
+    /// template whose image is broken: every VM from it boots the same broken guest); see
+    /// [`World::set_template_guest`](super::world::World::set_template_guest).
+    pub guest: Option<super::world::GuestKind>,
 }
 
 /// A disk offering for a VM's data disk.

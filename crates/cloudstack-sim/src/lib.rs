@@ -349,6 +349,33 @@ impl Simulator {
         })
     }
 
+    /// A guest network (by id or name) loses (`up == false`) or gets back its uplink now:
+    /// its guests' gateway stops answering; CloudStack sees nothing
+    /// ([`World::set_network_uplink_now`]).
+    pub fn set_network_uplink(&self, network: &str, up: bool) -> Result<(), WorldError> {
+        self.with_world(|w| {
+            let i = w
+                .network_index(network)
+                .ok_or_else(|| WorldError::NotFound(format!("no network {network:?}")))?;
+            w.set_network_uplink_now(i, up)
+        })
+    }
+
+    /// VMs deployed from a template (by id or name) from now on boot `guest` (`None`:
+    /// healthy): one broken image ([`World::set_template_guest`]).
+    pub fn set_template_guest(
+        &self,
+        template: &str,
+        guest: Option<GuestKind>,
+    ) -> Result<(), WorldError> {
+        self.with_world(|w| {
+            let i = w
+                .template_index(template)
+                .ok_or_else(|| WorldError::NotFound(format!("no template {template:?}")))?;
+            w.set_template_guest(i, guest)
+        })
+    }
+
     /// The API key and secret key of a root admin (the first enabled account of type Admin
     /// without a dynamic role): the keys given to [`World::default_world`], the binary's
     /// `--api-key`/`--secret-key` (default `sim-api-key`/`sim-secret-key`), or a scenario's

@@ -204,6 +204,7 @@ fn router(app: App) -> Router {
             "/sim/networks",
             get(admin_list_networks).post(admin_create_network),
         )
+        .route("/sim/networks/{id}", post(admin_set_network))
         .route("/sim/routers", get(admin_list_routers))
         .route(
             "/sim/routers/{id}",

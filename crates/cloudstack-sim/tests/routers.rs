@@ -513,3 +513,42 @@ async fn the_default_world_has_a_root_admin_and_a_router_on_its_shared_network()
     );
     h.server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_network_loses_and_regains_its_uplink_through_the_admin_api() {
+    let h = start(world()).await;
+    let lost = h
+        .admin_post("/sim/networks/iso", json!({"uplink": false}))
+        .await;
+    assert_eq!(lost.status, 200, "{}", lost.body);
+    assert_eq!(lost.json["uplink"], false);
+    assert!(lost.json["gateway_lost_since"].is_string());
+    // CloudStack sees nothing: its router still runs.
+    assert_eq!(router_of(&h, "iso").await["state"], "Running");
+    let back = h
+        .admin_post("/sim/networks/iso", json!({"uplink": true}))
+        .await;
+    assert_eq!(back.json["uplink"], true);
+    assert!(back.json["gateway_lost_since"].is_null());
+    // The library does the same.
+    h.sim.set_network_uplink("iso", false).unwrap();
+    let nets = h.admin_get("/sim/networks").await.json;
+    let iso = nets["networks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == "iso")
+        .unwrap()
+        .clone();
+    assert_eq!(iso["uplink"], false);
+    let bad = h
+        .admin_post("/sim/networks/iso", json!({"uplink": "no"}))
+        .await;
+    assert_eq!(bad.status, 400);
+    let missing = h
+        .admin_post("/sim/networks/nope", json!({"uplink": true}))
+        .await;
+    assert_eq!(missing.status, 404);
+    assert!(h.sim.set_template_guest("nope", None).is_err());
+    h.server.shutdown().await;
+}

@@ -12,6 +12,8 @@
 //! - [`condition`]: turning verdicts into a condition whose `lastTransitionTime` only moves
 //!   when the status flips.
 //! - [`scorecard`]: outcomes per Machine and boot baselines (issue 44; not wired yet).
+//! - [`incidents`]: when many fail at once, the host, router, network, template or zone they
+//!   share, or that nothing shared explains them (issue 45; not wired yet).
 //!
 //! What Cluster API and CAPC objects are (served versions, the condition entry and its apply
 //! body, well-known labels) is the `capi-model` crate's; the condition's [`Status`] and
@@ -24,6 +26,7 @@ pub mod engine;
 pub mod graces;
 pub mod guard;
 pub mod history;
+pub mod incidents;
 pub mod probe;
 pub mod scorecard;
 pub mod standing;

@@ -49,6 +49,14 @@ impl Vm {
                 ),
             };
         }
+        // No gateway (`World::gateway_lost_since`): ARP for the gateway and retried
+        // connections only, whatever the guest would do otherwise.
+        if let Some(since) = self.gateway_lost_since {
+            return (
+                since.max(rs),
+                Plan::constant(Profile::WaitingForEndpointArp, t),
+            );
+        }
         if let Some(p) = self.profile_override {
             return (self.override_since.max(rs), Plan::constant(p, t));
         }

@@ -113,6 +113,8 @@ pub struct Network {
     used: HashSet<u32>,
     /// Lowest address that may be free (allocation scans upwards from here).
     hint: u32,
+    /// Since when the network has lost its uplink (`World::set_network_uplink_now`).
+    pub uplink_lost_since: Option<super::Ms>,
 }
 
 impl Network {
@@ -308,6 +310,7 @@ impl World {
             last_host: broadcast - 1,
             used: HashSet::new(),
             hint: 0,
+            uplink_lost_since: None,
         });
         let idx = self.networks.len() - 1;
         if virtual_router {

@@ -376,6 +376,8 @@ impl World {
 
 #[cfg(test)]
 mod stats_tests;
+#[cfg(test)]
+mod storm_tests;
 
 #[cfg(test)]
 mod test_support {

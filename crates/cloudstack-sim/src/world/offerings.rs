@@ -2,7 +2,7 @@
 
 use crate::catalog::{DiskOffering, ServiceOffering, Template};
 
-use super::{unique_name, World, WorldError};
+use super::{unique_name, GuestKind, World, WorldError};
 
 impl World {
     fn zone_refs(&self, refs: &[String]) -> Result<Vec<usize>, WorldError> {
@@ -76,8 +76,28 @@ impl World {
             display_text: name.to_string(),
             zones,
             size_bytes: 8 * 1024 * 1024 * 1024,
+            guest: None,
         });
         Ok(self.templates.len() - 1)
+    }
+
+    /// Makes every VM deployed from template `idx` from now on (by `deployVirtualMachine` or
+    /// [`World::add_vm`] with a healthy spec) boot `guest` (`None`: healthy again). A storm of
+    /// one broken template: CloudStack deploys the template's image as it is and lists the
+    /// template on each VM (`templateid`/`templatename`, `UserVmJoinDaoImpl.java@04a2f419`
+    /// `newUserVmResponse`, details `tmpl`); nothing on the CloudStack side changes. VMs
+    /// already running keep their guest.
+    pub fn set_template_guest(
+        &mut self,
+        idx: usize,
+        guest: Option<GuestKind>,
+    ) -> Result<(), WorldError> {
+        let t = self
+            .templates
+            .get_mut(idx)
+            .ok_or_else(|| WorldError::NotFound(format!("no template #{idx}")))?;
+        t.guest = guest;
+        Ok(())
     }
 
     pub fn template_index(&self, name_or_id: &str) -> Option<usize> {

@@ -66,6 +66,9 @@ pub struct Router {
     pub control_nic_id: String,
     pub link_local_ip: Ipv4Addr,
     pub created_ms: Ms,
+    /// Since when it is Stopped (set by `set_router_state_now`; a router deployed Stopped
+    /// counts from its deployment).
+    pub stopped_since: Option<Ms>,
     /// Diagnostics on one router run one at a time: every `NetworkElementCommand` for one
     /// router takes the same per-router lock on the agent (`VirtualRoutingResource.java@07a22304`,
     /// guest-probe.md §2 step 5). When the last queued one ends.
@@ -127,6 +130,7 @@ impl World {
             control_nic_id: new_uuid(),
             link_local_ip: Ipv4Addr::new(169, 254, ((seq >> 8) & 0xff) as u8, (seq & 0xff) as u8),
             created_ms: self.now_ms,
+            stopped_since: (state == RouterState::Stopped).then_some(self.now_ms),
             busy_until: self.now_ms,
         });
         self.place_router(idx);
@@ -193,9 +197,78 @@ impl World {
             .routers
             .get_mut(idx)
             .ok_or_else(|| WorldError::NotFound(format!("no router #{idx}")))?;
+        r.stopped_since = match (state, r.stopped_since) {
+            (RouterState::Stopped, Some(t)) => Some(t),
+            (RouterState::Stopped, None) => Some(self.now_ms),
+            _ => None,
+        };
         r.state = state;
+        let network = r.network;
         self.place_router(idx);
+        self.refresh_gateway(network);
         Ok(())
+    }
+
+    /// Since when the guests of `network` have no answering gateway: the network lost its
+    /// uplink, or it is Isolated and its virtual router is Stopped. On an Isolated network the
+    /// router *is* the gateway: `VirtualRouterElement.java@ea7d3226` `setCapabilities` lists
+    /// `Service.Gateway` (with Dhcp, Dns, UserData, SourceNat) and the router's guest NIC
+    /// takes the network's gateway address (`add_router` above). On a Shared network the
+    /// gateway is the physical router: a stopped virtual router takes DHCP, DNS and user data
+    /// away, which running guests with a lease do not miss at once (lease expiry is not
+    /// modelled), so their traffic does not change.
+    pub fn gateway_lost_since(&self, network: usize) -> Option<Ms> {
+        let n = self.networks.get(network)?;
+        let router = (n.kind == NetworkType::Isolated)
+            .then(|| {
+                self.routers
+                    .iter()
+                    .filter(|r| r.network == network)
+                    .filter_map(|r| r.stopped_since)
+                    .min()
+            })
+            .flatten();
+        match (n.uplink_lost_since, router) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A guest network loses (`up == false`) or gets back its uplink now. CloudStack does not
+    /// notice: a network has no state for it (`Network.java@c7c4db76` `State`: Allocated,
+    /// Setup, Implementing, Implemented, Shutdown, Destroy) and the router stays Running;
+    /// only the guests see it: their ARP requests for the gateway go unanswered and kubeadm's
+    /// and kubelet's connections are retried (profile `waiting-for-endpoint-arp` from the
+    /// change on, until the uplink is back).
+    pub fn set_network_uplink_now(&mut self, network: usize, up: bool) -> Result<(), WorldError> {
+        let now = self.now_ms;
+        let n = self
+            .networks
+            .get_mut(network)
+            .ok_or_else(|| WorldError::NotFound(format!("no network #{network}")))?;
+        n.uplink_lost_since = match (up, n.uplink_lost_since) {
+            (true, _) => None,
+            (false, Some(t)) => Some(t),
+            (false, None) => Some(now),
+        };
+        self.refresh_gateway(network);
+        Ok(())
+    }
+
+    /// Gives every VM of `network` the network's gateway state, folding traffic at now.
+    fn refresh_gateway(&mut self, network: usize) {
+        let lost = self.gateway_lost_since(network);
+        let t = self.now_ms;
+        let c = self.ctx();
+        for vm in self
+            .vms
+            .iter_mut()
+            .filter(|v| !v.removed && v.nic.as_ref().is_some_and(|n| n.network == network))
+        {
+            if vm.gateway_lost_since != lost {
+                vm.change_flags(t, &c, |v| v.gateway_lost_since = lost);
+            }
+        }
     }
 }
 

@@ -94,6 +94,9 @@ pub struct Vm {
     pub(super) override_since: Ms,
     /// When an injected nic-down fault took the NIC down.
     pub(super) nic_down_since: Option<Ms>,
+    /// Since when its network's gateway does not answer (uplink lost, or the virtual router
+    /// of an Isolated network stopped): see `World::gateway_lost_since`.
+    pub(super) gateway_lost_since: Option<Ms>,
     /// The KVM agent's previous reading of this VM.
     pub(super) kvm_prev: Option<Reading>,
     /// The VM's retained `vm_stats` rows.
@@ -378,7 +381,11 @@ impl World {
             state: spec.state,
             created_ms: now,
             last_updated_ms: now,
-            guest: spec.guest,
+            // A healthy spec boots what its template's image does (`set_template_guest`).
+            guest: match (spec.guest, self.templates[template].guest) {
+                (GuestKind::Healthy, Some(g)) => g,
+                (g, _) => g,
+            },
             faults: 0,
             boot_ms: secs_to_ms(boot_s),
             transition_at: None,
@@ -400,6 +407,7 @@ impl World {
             profile_override: spec.profile,
             override_since: now,
             nic_down_since: None,
+            gateway_lost_since: self.gateway_lost_since(network),
             kvm_prev: None,
             rows: StatsRows::default(),
             processed_ms: now,
