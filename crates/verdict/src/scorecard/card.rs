@@ -405,7 +405,12 @@ fn step(
     if o.vm_running {
         f.vm_running_at.get_or_insert(now);
     }
-    if let Some(v) = &o.verdict {
+    // A Machine being deleted is judged `Unknown`/`MachineDeleting`: a placeholder that says
+    // nothing of its health. The story keeps what the shim said before the deletion, which is
+    // what a `missed` outcome reports (the shim's `True` with traffic when the MHC's timer
+    // recycled it, not the placeholder that follows).
+    let verdict = o.verdict.as_ref().filter(|_| !o.deleting);
+    if let Some(v) = verdict {
         let key = (v.status, v.reason.clone(), v.traffic_rising);
         if f.last.as_ref() != Some(&key) {
             // The first verdict this process sees dates from the condition's transition (a

@@ -168,6 +168,55 @@ fn false_then_recycled_by_the_mhc_timer_would_have_saved_the_difference() {
 }
 
 #[test]
+fn the_deleting_placeholder_does_not_replace_what_the_shim_said_when_the_mhc_recycled() {
+    // What the controller really observes: a slow VM with traffic, `True`, recycled by the
+    // MHC's timer; the cycle that sees it deleting carries `Unknown`/`MachineDeleting`.
+    let mut c = card();
+    let slow = says(machine("slow"), Status::True, reason::VM_HEALTHY, 100);
+    let mut marked = slow.clone();
+    marked.mhc_marked = Some(MhcTrigger::NodeStartupTimeout);
+    marked.deleting = true;
+    marked.verdict = Some(Seen {
+        status: Status::Unknown,
+        reason: reason::MACHINE_DELETING.into(),
+        evidence: "Machine is being deleted".into(),
+        traffic_rising: false,
+        since: t(600),
+    });
+    // And a silent one: its `False` is what acting would have recycled on.
+    let silent = says(machine("silent"), Status::False, reason::VM_ERROR, 100);
+    let mut gone = marked.clone();
+    gone.uid = silent.uid.clone();
+    gone.machine = silent.machine.clone();
+    let out = run(
+        &mut c,
+        vec![
+            (100, vec![slow.clone(), silent.clone()]),
+            (590, vec![slow, silent]),
+            (600, vec![marked, gone]),
+        ],
+    );
+    assert_eq!(out.len(), 2, "{out:?}");
+    let of = |m: &str| out.iter().find(|o| o.machine == m).expect(m).clone();
+    let missed = of("default/slow");
+    assert_eq!(
+        missed.kind,
+        OutcomeKind::Missed {
+            shim_said: ShimSaid::HealthyWithTraffic,
+            trigger: MhcTrigger::NodeStartupTimeout
+        }
+    );
+    assert_eq!(missed.reason, reason::VM_HEALTHY);
+    assert_eq!(
+        of("default/silent").kind,
+        OutcomeKind::WouldHaveSaved {
+            saved_secs: 440,
+            recycled_by: Recycler::Mhc(MhcTrigger::NodeStartupTimeout)
+        }
+    );
+}
+
+#[test]
 fn a_machine_gone_between_cycles_ends_as_deleted_by_its_owner_or_by_hand() {
     let mut c = card();
     let owned = says(machine("a"), Status::False, reason::VM_ERROR, 100);
