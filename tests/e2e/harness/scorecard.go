@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -466,4 +467,18 @@ func ScorecardSection(rows []Row) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %d | %s |\n", r.StackKey(), r.Scenario, run, strings.Join(totals, ", "), r.Scorecard.Uneventful, r.Scorecard.Following, strings.Join(outcomes, "; "))
 	}
 	return b.String()
+}
+
+// AppendToTimeline adds a line to a finished run's timeline file (a judgment that needs another
+// run of the same test, such as CompareSavings).
+func AppendToTimeline(path, line string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, "  (after the run)  "+line)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

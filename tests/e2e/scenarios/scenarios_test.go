@@ -215,6 +215,11 @@ func requireObservedSaving(t *testing.T, b, s harness.Row) {
 	}
 	for _, c := range compared {
 		t.Logf("scorecard: %s", c)
+		for _, tl := range []string{b.Timeline, s.Timeline} {
+			if err := harness.AppendToTimeline(tl, "scorecard: "+c.String()); err != nil {
+				t.Logf("timeline %s: %v", tl, err)
+			}
+		}
 	}
 	t.Logf("baseline (shim observing): scorecard: %s", b.Scorecard.Summary())
 }
