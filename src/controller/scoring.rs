@@ -107,10 +107,17 @@ impl Controller {
                 } else {
                     d.conditions[i].as_ref()
                 };
-                let annotated_by_shim = acted
-                    .escalations
-                    .get(i)
-                    .is_some_and(|e| e.state == "annotated" && self.api.mode != Mode::Observe);
+                // Annotated by the shim: the escalation says so, or its annotation is queued
+                // or written this cycle (the writes are detached: the Machine may carry it only
+                // after it is gone from the next cycle).
+                let key = format!("{}/{}", t.machine.namespace, t.machine.name);
+                let annotated_by_shim = self.api.mode != Mode::Observe
+                    && (acted
+                        .escalations
+                        .get(i)
+                        .is_some_and(|e| e.state == "annotated")
+                        || self.pending.annotations.contains_key(&key)
+                        || self.pending.annotated_now.contains(&key));
                 self.observation(g, t, decided, annotated_by_shim, now)
             })
             .collect();
