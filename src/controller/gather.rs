@@ -16,7 +16,7 @@ use super::targets::{EndpointRef, Target};
 use crate::cli::to_std;
 use crate::cloudstack::client::CloudStackClient;
 use crate::cloudstack::client::VmListQuery;
-use crate::k8s::watched::CloudStackMachineRecord;
+use crate::k8s::watched::{CloudStackMachineRecord, MachineRecord};
 use crate::scope::{ListedVm, Scope, ScopeObserver};
 use crate::status::ScopeReport;
 use crate::verdict::{ConditionState, VmHistory};
@@ -71,6 +71,9 @@ pub(super) struct Gathered {
     /// Endpoints polled through another scope than before — a new key —, as (old, new) scope
     /// keys: the orphan report follows the CloudStackMachines it remembers to the new one.
     pub rotations: Vec<(String, String)>,
+    /// Machines deleted since the last cycle, as they last were (the scorecard reads who
+    /// recycled one that went between two cycles).
+    pub departed: Vec<MachineRecord>,
 }
 
 impl Gathered {
@@ -100,6 +103,7 @@ struct ScopeWants<'a> {
 impl Controller {
     pub(super) async fn gather(&mut self, now: Timestamp, summary: &mut CycleSummary) -> Gathered {
         let changed = self.stores.take_changed();
+        let departed = self.stores.machines.take_departed();
         let mut targets = self
             .targets
             .update(&self.stores, &changed, &self.args.namespaces);
@@ -198,6 +202,7 @@ impl Controller {
             credential_errors,
             cloudstack_machines,
             rotations,
+            departed,
         }
     }
 

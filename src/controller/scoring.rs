@@ -15,7 +15,7 @@ use crate::k8s::coverage::{self, ActedOn};
 use crate::k8s::watched::HealthCheckRecord;
 use crate::status::ScorecardReport;
 use crate::verdict::scorecard::{
-    BootKey, Labels, MhcTrigger, Observation, Outcome, Seen, Timing, DEFAULT_WARN_POLICY,
+    BootKey, Departed, Labels, MhcTrigger, Observation, Outcome, Seen, Timing, DEFAULT_WARN_POLICY,
 };
 use crate::verdict::{ConditionState, Status, VmHistory};
 use capi_model::apis::Mode;
@@ -107,14 +107,38 @@ impl Controller {
                 } else {
                     d.conditions[i].as_ref()
                 };
-                let annotated_by_shim = acted
-                    .escalations
-                    .get(i)
-                    .is_some_and(|e| e.state == "annotated" && self.api.mode != Mode::Observe);
+                // Annotated by the shim: the escalation says so, or its annotation is queued
+                // or written this cycle (the writes are detached: the Machine may carry it only
+                // after it is gone from the next cycle).
+                let key = format!("{}/{}", t.machine.namespace, t.machine.name);
+                let annotated_by_shim = self.api.mode != Mode::Observe
+                    && (acted
+                        .escalations
+                        .get(i)
+                        .is_some_and(|e| e.state == "annotated")
+                        || self.pending.annotations.contains_key(&key)
+                        || self.pending.annotated_now.contains(&key));
                 self.observation(g, t, decided, annotated_by_shim, now)
             })
             .collect();
-        let ended = self.scorecard.observe(now, &seen);
+        let departed: Vec<Departed> = g
+            .departed
+            .iter()
+            .map(|r| {
+                let m = &r.view;
+                Departed {
+                    uid: m
+                        .uid
+                        .clone()
+                        .unwrap_or_else(|| format!("{}/{}", m.namespace, m.name)),
+                    annotated: m.annotated(well_known::REMEDIATE_MACHINE),
+                    mhc_marked: m.health_check_failed.as_ref().map(|(reason, message)| {
+                        mhc_trigger(reason, message, &self.args.condition_type)
+                    }),
+                }
+            })
+            .collect();
+        let ended = self.scorecard.observe_with(now, &seen, &departed);
         for o in &ended {
             self.metrics.count_outcome(o.kind.label(), &o.reason);
             log_outcome(o);
@@ -178,8 +202,9 @@ impl Controller {
             created: t.created,
             verdict,
             vm_running: sighting.is_some_and(|s| s.state == VmState::Running),
-            annotated: m
-                .annotated(well_known::REMEDIATE_MACHINE)
+            // The shim's own annotation counts in the cycle that writes it: the Machine as
+            // gathered does not carry it yet, and may be gone by the next cycle.
+            annotated: (annotated_by_shim || m.annotated(well_known::REMEDIATE_MACHINE))
                 .then_some(annotated_by_shim),
             mhc_marked: m
                 .health_check_failed

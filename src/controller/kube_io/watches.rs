@@ -39,7 +39,14 @@ pub struct Watched<R: Lookup<DynamicType = ()> + Clone + 'static> {
     stores: Vec<Store<R>>,
     /// What the watches applied since the last [`Watched::take_changed`].
     changed: Arc<std::sync::Mutex<Changed>>,
+    /// The objects deleted since the last [`Watched::take_departed`], as they last were (at
+    /// most [`DEPARTED_MAX`]): what an object looked like when it went, which a cycle that
+    /// never saw it deleting cannot tell otherwise (the scorecard: who recycled a Machine).
+    departed: Arc<std::sync::Mutex<Vec<R>>>,
 }
+
+/// Deleted objects kept between two cycles; past it the oldest are dropped.
+pub const DEPARTED_MAX: usize = crate::controller::joins::NOTED_KEYS_MAX;
 
 impl<R> Watched<R>
 where
@@ -57,6 +64,11 @@ where
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<R>> {
         let key = ObjectRef::new(name).within(namespace);
         self.stores.iter().find_map(|s| s.get(&key))
+    }
+
+    /// The objects deleted since the last call, as they last were (and forgets them).
+    pub fn take_departed(&self) -> Vec<R> {
+        std::mem::take(&mut *self.departed.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// What the watches applied since the last call (and forgets it).
@@ -120,12 +132,22 @@ where
             .collect()
     };
     let changed = Arc::new(std::sync::Mutex::new(Changed::default()));
+    let departed = Arc::new(std::sync::Mutex::new(Vec::new()));
     Watched {
         stores: apis
             .into_iter()
-            .map(|api| watch_one(api, ar.kind.clone(), read.clone(), changed.clone()))
+            .map(|api| {
+                watch_one(
+                    api,
+                    ar.kind.clone(),
+                    read.clone(),
+                    changed.clone(),
+                    departed.clone(),
+                )
+            })
             .collect(),
         changed,
+        departed,
     }
 }
 
@@ -134,6 +156,7 @@ fn watch_one<V, R>(
     kind: String,
     read: impl Fn(V) -> Option<R> + Send + 'static,
     changed: Arc<std::sync::Mutex<Changed>>,
+    departed: Arc<std::sync::Mutex<Vec<R>>>,
 ) -> Store<R>
 where
     V: View,
@@ -163,6 +186,13 @@ where
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
                             .note(&event);
+                        if let watcher::Event::Delete(gone) = &event {
+                            let mut d = departed.lock().unwrap_or_else(|e| e.into_inner());
+                            if d.len() == DEPARTED_MAX {
+                                d.remove(0);
+                            }
+                            d.push(gone.clone());
+                        }
                     }
                 }
                 Err(e) => {

@@ -133,6 +133,7 @@ func Markdown(rows []Row) string {
 	}
 	fmt.Fprintf(&b, "\nThe goal applies to the network and VM-state faults the shim sees (1, 2, 3, 6). 3b: CAPC itself deletes a Machine whose VM it sees in Error while it is still reconciling it, in both modes. 4: a VM whose services failed sends only NTP/ARP (~4 B/s), under CloudStack's whole-KiB resolution over the shim's window: the shim may read it as silent (GuestNetworkSilent) and it is recycled early; otherwise the recommended MHC's 30-minute backstop (scaled) recycles it. Slow-but-healthy VMs (5) send far more and are never recycled.\n")
 	b.WriteString(ProbeSection(rows))
+	b.WriteString(ScorecardSection(rows))
 	b.WriteString(OrphanSection(rows))
 	b.WriteString(Matrix(rows))
 	scannedRuns, leaks := 0, 0

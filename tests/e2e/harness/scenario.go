@@ -92,6 +92,14 @@ type Scenario struct {
 	// SteadyWindow, when set, keeps a converged cluster this long (real time) and counts the
 	// CloudStack calls of each key in it: the steady-state load (Row.CloudStackLoad).
 	SteadyWindow time.Duration
+	// ObserveBaseline runs the shim in --mode observe beside the stock MHC in the baseline run
+	// (Row.ShimObserver): it publishes its condition, never escalates, and its scorecard says
+	// what acting would have done while the MHC's own timer recycles (issue 44). Only where no
+	// MHC acts on the condition (CAPI v1.9: the scenarios set it there).
+	ObserveBaseline bool
+	// SettleStories: a run with the shim reads its scorecard only once every story has ended
+	// (the Machines with their Node after --scorecard-settle), so a false alarm would be counted.
+	SettleStories bool
 }
 
 // RunContext is one scenario run in progress.
@@ -194,6 +202,14 @@ type Row struct {
 	// ShimFalseMessages is, per Machine the shim judged False, the condition's message (its
 	// evidence) when it first said False.
 	ShimFalseMessages []string `json:"shim_false_messages,omitempty"`
+	// ShimObserver says a baseline run had the shim beside it in observe mode
+	// (Scenario.ObserveBaseline): it cannot act there, its scorecard says what acting would have
+	// done.
+	ShimObserver bool `json:"shim_observer,omitempty"`
+	// Scorecard is the shim's /status scorecard at the end of the run, before the shim stopped:
+	// its counts and this run's Machines' outcomes (nil without the shim, or when /status had
+	// none).
+	Scorecard *ScorecardRecord `json:"scorecard,omitempty"`
 	// ShimProbe says the shim ran with the guest probe on (mode shim-probe); Probe is the
 	// probe's state from the shim's /status at the end of the run (before teardown).
 	ShimProbe bool         `json:"shim_probe,omitempty"`
@@ -330,7 +346,9 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	}
 
 	var shim *Shim
-	if mode.WithShim() {
+	observer := mode == ModeBaseline && mhc != MHCNone && sc.ObserveBaseline
+	row.ShimObserver = observer
+	if mode.WithShim() || observer {
 		cfg := ShimConfig{
 			Namespace: ns, Kubeconfig: h.API.Kubeconfig, APIURL: h.Sim.APIURL(), Scale: TimeScale,
 			LogPath: filepath.Join(h.OutDir, "logs", "shim-"+ns+".log"),
@@ -338,7 +356,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		if mode.Probing() {
 			cfg.ProbeSecret = ProbeSecret
 		}
-		if mode == ModeShimObserve {
+		if mode == ModeShimObserve || observer {
 			cfg.ExtraArgs = append(cfg.ExtraArgs, "--mode", "observe")
 		}
 		shim, err = StartShim(ctx, h.Root, cfg)
@@ -367,7 +385,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 		tl.Add(fmt.Sprintf("capc-health-shim run started (%s): mode %s (%s), Machine layout %s, MHC %s%s",
 			shim.StatusURL, api.Mode, api.ModeSource, api.Layout, api.MHCVersion, probe))
 	}
-	tl.Add(fmt.Sprintf("creating cluster %s/%s: %d control plane, %d workers, MHC %s, shim %v, probe %v", ns, cluster, sc.ControlPlanes, sc.Workers, mhc, mode.WithShim(), mode.Probing()))
+	tl.Add(fmt.Sprintf("creating cluster %s/%s: %d control plane, %d workers, MHC %s, shim %v, probe %v, observer %v", ns, cluster, sc.ControlPlanes, sc.Workers, mhc, mode.WithShim(), mode.Probing(), observer))
 	if err := CreateAll(ctx, c, userObjs...); err != nil {
 		return row, err
 	}
@@ -457,6 +475,18 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 			}
 		}
 	}
+	if shim != nil {
+		row.Scorecard = scorecardAtEnd(ctx, shim, ns, h.Player.Injections(ns), rec.Machines(), sc.SettleStories, tl)
+		_ = os.Remove(ScorecardCommandLog(h.OutDir, ns))
+		if row.Scorecard == nil {
+			row.Notes = append(row.Notes, NoteNoScorecard)
+		} else if out, err := shim.ScorecardCommand(ctx); err != nil {
+			row.Notes = append(row.Notes, "scorecard command: "+err.Error())
+		} else {
+			_ = os.WriteFile(ScorecardCommandLog(h.OutDir, ns), []byte(out), 0o644)
+			row.Scorecard.Printed = linesNaming(out, ns+"/")
+		}
+	}
 	if callsAfter, err := h.Sim.Calls(ctx); err == nil {
 		row.CloudStackResults = resultDelta(callsBefore, callsAfter)
 	}
@@ -510,7 +540,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, mode Mode, mhc string) (
 	if err := os.MkdirAll(filepath.Dir(row.Timeline), 0o755); err == nil {
 		_ = os.WriteFile(row.Timeline, []byte(strings.Join(tl.Entries(), "\n")+"\n"), 0o644)
 	}
-	readFiles(scanned, row.Timeline, filepath.Join(h.OutDir, "logs", "shim-"+ns+".log"), OrphansCommandLog(h.OutDir, ns))
+	readFiles(scanned, row.Timeline, filepath.Join(h.OutDir, "logs", "shim-"+ns+".log"), OrphansCommandLog(h.OutDir, ns), ScorecardCommandLog(h.OutDir, ns))
 	if b, err := json.Marshal(row); err == nil {
 		scanned["report row"] = string(b)
 	}

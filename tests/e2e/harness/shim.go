@@ -52,11 +52,22 @@ func scaledDuration(d time.Duration, scale float64) time.Duration {
 // The shim's defaults that the harness scales and that scenarios time against.
 const (
 	shimDefaultPollInterval = 30 * time.Second
-	shimDefaultOrphanGrace  = 15 * time.Minute
-	shimDefaultRemnantGrace = 15 * time.Minute
+	// shimDefaultEscalationDelay: --escalation-delay, how long a False stands before the shim
+	// annotates.
+	shimDefaultEscalationDelay = 60 * time.Second
+	shimDefaultOrphanGrace     = 15 * time.Minute
+	shimDefaultRemnantGrace    = 15 * time.Minute
+	// shimDefaultScorecardSettle: --scorecard-settle, how long a Machine with its Node stays
+	// True before its scorecard story ends.
+	shimDefaultScorecardSettle = 10 * time.Minute
 	// ShimPollJitter is the spread of the shim's poll interval (±10 %).
 	ShimPollJitter = 0.1
 )
+
+// ScorecardSettle is the --scorecard-settle the shim runs with.
+func (c ShimConfig) ScorecardSettle() time.Duration {
+	return scaledDuration(shimDefaultScorecardSettle, c.Scale)
+}
 
 // PollInterval is the --poll-interval the shim runs with.
 func (c ShimConfig) PollInterval() time.Duration {
@@ -87,7 +98,7 @@ func ShimArgs(c ShimConfig, statusAddr string) []string {
 		"--no-leader-election",
 		"--endpoint-credentials", fmt.Sprintf("%s=%s/%s", c.APIURL, c.Namespace, ShimSecret),
 		"--poll-interval", scaled(shimDefaultPollInterval, s),
-		"--escalation-delay", scaled(60*time.Second, s),
+		"--escalation-delay", scaled(shimDefaultEscalationDelay, s),
 		"--stats-interval", scaled(60*time.Second, s),
 		"--stopped-grace", scaled(60*time.Second, s),
 		"--transition-grace", scaled(15*time.Minute, s),
@@ -99,6 +110,12 @@ func ShimArgs(c ShimConfig, statusAddr string) []string {
 		"--orphan-grace", scaled(shimDefaultOrphanGrace, s),
 		// An object stuck deleting or dangling is reported after this (15 min → 90 s).
 		"--remnant-grace", scaled(shimDefaultRemnantGrace, s),
+		// A Machine with its Node ends its scorecard story after this long True (10 min → 60 s).
+		"--scorecard-settle", scaled(shimDefaultScorecardSettle, s),
+		"--scorecard-window", scaled(168*time.Hour, s),
+		// The shim's memory ConfigMap (orphan memory and scorecard counts) in the run's own
+		// namespace: concurrent shims must not restore each other's counts.
+		"--lease-namespace", c.Namespace,
 	}
 	if c.ProbeSecret != "" {
 		// Spacing, recheck and boot grace derive from the scaled --stats-interval. The rest is
@@ -130,7 +147,8 @@ var NonDefaultShimFlags = map[string]string{
 	"--probe-credentials":              "turns the opt-in guest probe on (runs in mode shim-probe only)",
 	"--probe-max-per-scope-per-minute": "a rate: the default 60 per minute divided by the time scale (600), so the scaled minute holds the same budget",
 	"--probe-arping-params":            "-c 1 -f: arping's one request a second is not shortened by any flag; one request per attempt stands for the default's three (3 s × 0.1)",
-	"--mode":                           "observe, in the negative control only (mode shim-observe): the shim publishes and never escalates",
+	"--mode":                           "observe, in the negative control (mode shim-observe) and beside the baselines of scenarios 1, 3 and 5 on CAPI v1.9 (shim_observer): the shim publishes and never escalates",
+	"--lease-namespace":                "the run's namespace: the shim keeps its memory ConfigMap (orphan memory, scorecard counts) in the Lease's namespace, which outside a pod defaults to `default`, shared by every concurrent shim; there a shim would start from another run's scorecard counts (no Lease is taken: --no-leader-election)",
 }
 
 func freePort() (int, error) {
@@ -216,8 +234,10 @@ type ProbeStatus struct {
 }
 
 type shimStatus struct {
-	API   ShimAPI      `json:"api"`
-	Probe *ProbeStatus `json:"probe"`
+	API ShimAPI `json:"api"`
+	// Scorecard is nil when /status has no "scorecard" (a shim without it, or a standby).
+	Scorecard *ShimScorecard `json:"scorecard"`
+	Probe     *ProbeStatus   `json:"probe"`
 	// Orphans is nil when /status has no "orphans" array (a shim without the orphan report).
 	Orphans *[]ShimOrphan `json:"orphans"`
 	// Remnants is nil when /status has no "remnants" array (a shim without the remnant report).
@@ -330,6 +350,84 @@ func (s *Shim) OrphansCommand(ctx context.Context) (string, error) {
 	out, err := exec.CommandContext(ctx, s.bin, "orphans", "--url", s.StatusURL).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("capc-health-shim orphans --url %s: %w: %s", s.StatusURL, err, lastLines(string(out), 5))
+	}
+	return string(out), nil
+}
+
+// ShimScorecard is the `scorecard` section of the shim's /status (docs/scorecard.md): what the
+// shim did, or would have done, on the Machines whose story ended.
+type ShimScorecard struct {
+	SettleSeconds int `json:"settle_seconds"`
+	// Following is how many Machines' stories are still going on.
+	Following  int                       `json:"following"`
+	Totals     map[string]ScorecardTotal `json:"totals"`
+	Uneventful int                       `json:"uneventful"`
+	Untracked  int                       `json:"untracked"`
+	Recent     []ShimOutcome             `json:"recent"`
+}
+
+// ScorecardTotal is one outcome's count and the seconds it adds up.
+type ScorecardTotal struct {
+	Count   int   `json:"count"`
+	Seconds int64 `json:"seconds"`
+}
+
+// ShimOutcome is one entry of /status scorecard.recent.
+type ShimOutcome struct {
+	Machine  string      `json:"machine"` // namespace/name
+	Kind     OutcomeKind `json:"kind"`
+	Reason   string      `json:"reason"`
+	Evidence string      `json:"evidence"`
+	At       string      `json:"at"`
+}
+
+// OutcomeKind is an outcome's `kind`: `outcome` and the fields of that outcome (absent ones
+// stay nil or empty).
+type OutcomeKind struct {
+	Outcome           string `json:"outcome"`
+	SavedSecs         *int64 `json:"saved_secs,omitempty"`
+	FalseToDeleteSecs *int64 `json:"false_to_delete_secs,omitempty"`
+	FalseToNodeSecs   *int64 `json:"false_to_node_secs,omitempty"`
+	FalseForSecs      *int64 `json:"false_for_secs,omitempty"`
+	// RecycledBy (would-have-saved): "hand", or {"mhc": trigger}.
+	RecycledBy json.RawMessage `json:"recycled_by,omitempty"`
+	// ShimSaid and Trigger (missed): what the shim said, why the MHC marked the Machine.
+	ShimSaid string `json:"shim_said,omitempty"`
+	Trigger  string `json:"trigger,omitempty"`
+}
+
+// Recycler reads RecycledBy as "hand" or "mhc:<trigger>" ("" when absent).
+func (k OutcomeKind) Recycler() string {
+	if len(k.RecycledBy) == 0 {
+		return ""
+	}
+	var word string
+	if json.Unmarshal(k.RecycledBy, &word) == nil {
+		return word
+	}
+	var mhc struct {
+		MHC string `json:"mhc"`
+	}
+	if json.Unmarshal(k.RecycledBy, &mhc) == nil && mhc.MHC != "" {
+		return "mhc:" + mhc.MHC
+	}
+	return string(k.RecycledBy)
+}
+
+// Scorecard reads the shim's /status scorecard; nil when the document has none.
+func (s *Shim) Scorecard(ctx context.Context) (*ShimScorecard, error) {
+	st, err := s.status(ctx)
+	return st.Scorecard, err
+}
+
+// ScorecardCommand runs `capc-health-shim scorecard --url <this shim>` as an operator would and
+// returns what it printed.
+func (s *Shim) ScorecardCommand(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, s.bin, "scorecard", "--url", s.StatusURL).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("capc-health-shim scorecard --url %s: %w: %s", s.StatusURL, err, lastLines(string(out), 5))
 	}
 	return string(out), nil
 }

@@ -129,13 +129,13 @@ func clean(t *testing.T, name string, r harness.Row) {
 	if r.FalseRecycles != 0 {
 		t.Errorf("%s: %d healthy Machines recycled: %v", name, r.FalseRecycles, r.Notes)
 	}
-	if r.Mode.WithShim() {
+	if r.ShimRan() {
 		// The shim discovers its mode: annotate on CAPI v1.9, condition on v1.13 (v1beta2 MHC).
 		want, source := "annotate", "auto"
 		if h.Stack.V1Beta2() {
 			want = "condition"
 		}
-		if r.Mode == harness.ModeShimObserve {
+		if r.Mode == harness.ModeShimObserve || r.ShimObserver {
 			want, source = "observe", "forced"
 		}
 		if r.ShimMode != want || r.ShimModeSource != source {
@@ -165,7 +165,7 @@ func noFalseOrphans(t *testing.T, name string, r harness.Row) {
 	if r.FalseOrphans != 0 {
 		t.Errorf("%s: the shim reported %d VM(s) as orphans that nothing orphaned: %v (timeline %s)", name, r.FalseOrphans, harness.OrphanSummary(r.OrphanReports), r.Timeline)
 	}
-	if r.Mode.WithShim() {
+	if r.ShimRan() {
 		for _, n := range r.Notes {
 			if n == harness.NoteNoOrphanReport {
 				t.Errorf("%s: %s", name, n)
@@ -184,7 +184,7 @@ func noFalseRemnants(t *testing.T, name string, r harness.Row) {
 	if r.FalseRemnants != 0 {
 		t.Errorf("%s: the shim reported %d object(s) as remnants that were not: %v (timeline %s)", name, r.FalseRemnants, harness.RemnantSummary(r.RemnantReports), r.Timeline)
 	}
-	if r.Mode.WithShim() {
+	if r.ShimRan() {
 		for _, n := range r.Notes {
 			if n == harness.NoteNoRemnantReport {
 				t.Errorf("%s: %s", name, n)

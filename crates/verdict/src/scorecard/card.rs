@@ -69,6 +69,18 @@ pub struct Observation {
     pub mhcs: Vec<(String, SignedDuration)>,
 }
 
+/// A Machine the watches saw deleted since the last cycle, as it last was: what a story needs
+/// when no cycle saw the Machine marked or deleting (it went within one poll interval) to tell
+/// an MHC's recycle from a scale-down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Departed {
+    pub uid: String,
+    /// It carried the remediate annotation.
+    pub annotated: bool,
+    /// A MachineHealthCheck had marked it for remediation, and why.
+    pub mhc_marked: Option<MhcTrigger>,
+}
+
 /// An outcome's count and the seconds it adds up (saved, or signal → delete, …).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Total {
@@ -267,6 +279,19 @@ impl Scorecard {
     /// Folds one cycle in: every Machine it saw; a followed Machine it did not see is gone.
     /// Returns the outcomes recorded by this cycle.
     pub fn observe(&mut self, now: Timestamp, seen: &[Observation]) -> Vec<Outcome> {
+        self.observe_with(now, seen, &[])
+    }
+
+    /// [`Scorecard::observe`], with the Machines the watches saw deleted since the last cycle:
+    /// a followed Machine gone without this cycle seeing it takes its last mark and
+    /// annotation from there (an annotation not the shim's own: the shim's is recorded in the
+    /// cycle that writes it).
+    pub fn observe_with(
+        &mut self,
+        now: Timestamp,
+        seen: &[Observation],
+        departed: &[Departed],
+    ) -> Vec<Outcome> {
         let mut out = Vec::new();
         self.kept.baselines.roll(now);
         self.mhcs.clear();
@@ -299,8 +324,20 @@ impl Scorecard {
             }
         }
         // Gone from the watches without a deletion seen: deleted between two cycles.
-        for f in self.followed.values_mut() {
+        let last_seen: HashMap<&str, &Departed> =
+            departed.iter().map(|d| (d.uid.as_str(), d)).collect();
+        for (uid, f) in &mut self.followed {
             if f.seen_at != now && !f.story.ended() {
+                if let Some(d) = last_seen.get(uid.as_str()) {
+                    if d.annotated && !f.annotated {
+                        f.annotated = true;
+                        f.story.record(now, Event::Annotated { by_shim: false });
+                    }
+                    if let (Some(trigger), false) = (d.mhc_marked, f.marked) {
+                        f.marked = true;
+                        f.story.record(now, Event::MhcMarked { trigger });
+                    }
+                }
                 let by = deleter(f.owned);
                 f.story.record(now, Event::Deleted { by });
             }
@@ -405,7 +442,12 @@ fn step(
     if o.vm_running {
         f.vm_running_at.get_or_insert(now);
     }
-    if let Some(v) = &o.verdict {
+    // A Machine being deleted is judged `Unknown`/`MachineDeleting`: a placeholder that says
+    // nothing of its health. The story keeps what the shim said before the deletion, which is
+    // what a `missed` outcome reports (the shim's `True` with traffic when the MHC's timer
+    // recycled it, not the placeholder that follows).
+    let verdict = o.verdict.as_ref().filter(|_| !o.deleting);
+    if let Some(v) = verdict {
         let key = (v.status, v.reason.clone(), v.traffic_rising);
         if f.last.as_ref() != Some(&key) {
             // The first verdict this process sees dates from the condition's transition (a

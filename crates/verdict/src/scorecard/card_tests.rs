@@ -168,6 +168,104 @@ fn false_then_recycled_by_the_mhc_timer_would_have_saved_the_difference() {
 }
 
 #[test]
+fn the_deleting_placeholder_does_not_replace_what_the_shim_said_when_the_mhc_recycled() {
+    // What the controller really observes: a slow VM with traffic, `True`, recycled by the
+    // MHC's timer; the cycle that sees it deleting carries `Unknown`/`MachineDeleting`.
+    let mut c = card();
+    let slow = says(machine("slow"), Status::True, reason::VM_HEALTHY, 100);
+    let mut marked = slow.clone();
+    marked.mhc_marked = Some(MhcTrigger::NodeStartupTimeout);
+    marked.deleting = true;
+    marked.verdict = Some(Seen {
+        status: Status::Unknown,
+        reason: reason::MACHINE_DELETING.into(),
+        evidence: "Machine is being deleted".into(),
+        traffic_rising: false,
+        since: t(600),
+    });
+    // And a silent one: its `False` is what acting would have recycled on.
+    let silent = says(machine("silent"), Status::False, reason::VM_ERROR, 100);
+    let mut gone = marked.clone();
+    gone.uid = silent.uid.clone();
+    gone.machine = silent.machine.clone();
+    let out = run(
+        &mut c,
+        vec![
+            (100, vec![slow.clone(), silent.clone()]),
+            (590, vec![slow, silent]),
+            (600, vec![marked, gone]),
+        ],
+    );
+    assert_eq!(out.len(), 2, "{out:?}");
+    let of = |m: &str| out.iter().find(|o| o.machine == m).expect(m).clone();
+    let missed = of("default/slow");
+    assert_eq!(
+        missed.kind,
+        OutcomeKind::Missed {
+            shim_said: ShimSaid::HealthyWithTraffic,
+            trigger: MhcTrigger::NodeStartupTimeout
+        }
+    );
+    assert_eq!(missed.reason, reason::VM_HEALTHY);
+    assert_eq!(
+        of("default/silent").kind,
+        OutcomeKind::WouldHaveSaved {
+            saved_secs: 440,
+            recycled_by: Recycler::Mhc(MhcTrigger::NodeStartupTimeout)
+        }
+    );
+}
+
+#[test]
+fn a_machine_marked_and_gone_between_cycles_takes_the_mark_from_its_departed_record() {
+    // The MHC marks a Machine and its owner deletes it within one poll interval: no cycle
+    // sees it marked or deleting. Its last state from the watch says who recycled it.
+    let mut c = card();
+    let silent = says(machine("silent"), Status::False, reason::VM_ERROR, 100);
+    let slow = says(machine("slow"), Status::True, reason::VM_HEALTHY, 100);
+    let scaled_down = says(machine("spare"), Status::False, reason::VM_ERROR, 100);
+    for (at, seen) in [
+        (100, vec![silent.clone(), slow.clone(), scaled_down.clone()]),
+        (590, vec![silent, slow, scaled_down]),
+    ] {
+        assert!(c.observe(t(at), &seen).is_empty());
+    }
+    let marked = |uid: &str| Departed {
+        uid: uid.into(),
+        annotated: false,
+        mhc_marked: Some(MhcTrigger::NodeStartupTimeout),
+    };
+    // "spare" went unmarked: a scale-down, nothing to say.
+    let gone = [
+        marked("uid-silent"),
+        marked("uid-slow"),
+        Departed {
+            uid: "uid-spare".into(),
+            annotated: false,
+            mhc_marked: None,
+        },
+    ];
+    let out = c.observe_with(t(600), &[], &gone);
+    let of = |m: &str| out.iter().find(|o| o.machine == m).map(|o| o.kind);
+    assert_eq!(
+        of("default/silent"),
+        Some(OutcomeKind::WouldHaveSaved {
+            saved_secs: 440,
+            recycled_by: Recycler::Mhc(MhcTrigger::NodeStartupTimeout)
+        })
+    );
+    assert_eq!(
+        of("default/slow"),
+        Some(OutcomeKind::Missed {
+            shim_said: ShimSaid::HealthyWithTraffic,
+            trigger: MhcTrigger::NodeStartupTimeout
+        })
+    );
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(c.kept.uneventful, 1);
+}
+
+#[test]
 fn a_machine_gone_between_cycles_ends_as_deleted_by_its_owner_or_by_hand() {
     let mut c = card();
     let owned = says(machine("a"), Status::False, reason::VM_ERROR, 100);

@@ -27,7 +27,7 @@ pub use baseline::{
     warnings, BaselineRow, Baselines, BootKey, BootSample, MhcCoverage, Summary, WarnPolicy,
     Warning,
 };
-pub use card::{Kept, Observation, Scorecard, Seen, Total, DEFAULT_WARN_POLICY};
+pub use card::{Departed, Kept, Observation, Scorecard, Seen, Total, DEFAULT_WARN_POLICY};
 pub use outcome::{
     Deleter, Event, MhcTrigger, Outcome, OutcomeKind, Recycler, ShimSaid, Story, Timing, OUTCOMES,
 };
