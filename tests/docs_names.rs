@@ -36,6 +36,7 @@ const OTHER_PROGRAMS_FLAGS: &[(&str, &str)] = &[
     ("--tls-key", "cloudstack-sim"),
     ("--locked", "cargo"),
     ("--no-default-features", "cargo"),
+    ("--bench", "cargo"),
     ("--provider-id", "kubelet"),
     ("--diagnostics-address", "CAPI's controllers"),
 ];
