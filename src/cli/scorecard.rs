@@ -339,6 +339,7 @@ mod tests {
                     p95_secs: 420.0,
                     margin: 1.5,
                 }],
+                incidents: Vec::new(),
                 memory: None,
             }),
             ..Default::default()

@@ -28,12 +28,15 @@ pub enum Phase {
     DestroyJobs,
     /// The workload clusters asked for Nodes: half.
     NodeLookups,
+    /// The incidents' router lookups (one per incident, so rare): a quarter, outside the
+    /// three shares above — a cycle that opens incidents may run that much longer.
+    IncidentLookups,
 }
 
 /// The share of `poll_deadline` that `phase` may take.
 pub fn budget(phase: Phase, poll_deadline: Duration) -> Duration {
     match phase {
-        Phase::SecretReads | Phase::DestroyJobs => poll_deadline / 4,
+        Phase::SecretReads | Phase::DestroyJobs | Phase::IncidentLookups => poll_deadline / 4,
         Phase::NodeLookups => poll_deadline / 2,
     }
 }

@@ -186,6 +186,12 @@ pub struct RunArgs {
     /// zone); a template's p95 is compared with the window before.
     #[arg(long, env = "CAPC_HEALTH_SCORECARD_WINDOW", default_value = "168h", value_parser = duration_in(SignedDuration::from_mins(1), SignedDuration::from_hours(24 * 90)))]
     pub scorecard_window: SignedDuration,
+    /// Failing Machines (False, or held by the mass-failure guard) in one CloudStack scope that
+    /// make an incident even while the guard does not hold it: the shim then names the host,
+    /// router, network, template, offering or zone their VMs share, or says none explains
+    /// them (docs/incidents.md).
+    #[arg(long, env = "CAPC_HEALTH_INCIDENT_MIN_FAILING", default_value = "5", value_parser = clap::value_parser!(u32).range(2..=100_000))]
+    pub incident_min_failing: u32,
 }
 
 /// A Secret named as `NAMESPACE/NAME`.

@@ -14,6 +14,8 @@
 //!    sends each behind the leader Lease and its own timeout.
 //! 5. [scoring](super::scoring): every Machine's cycle into the scorecard; the outcomes that
 //!    ended into their counters.
+//!    Then [incidents](super::incidents): a scope where many Machines fail at once, and the
+//!    one thing their VMs share (one router lookup per incident; Events on its Clusters).
 //! 6. [report](super::report): `/status` and the verdict gauges.
 
 use std::collections::{BTreeMap, HashMap};
@@ -87,6 +89,8 @@ pub struct Controller {
     /// Where the scorecard's counts are kept for the next leader
     /// ([`Controller::with_scorecard_memory`]).
     pub(super) scorecard_memory: Option<super::scorecard_memory::ScorecardStore>,
+    /// The open incidents per scope (issue 45).
+    pub(super) incidents: crate::verdict::incidents::book::IncidentBook,
 }
 
 /// A condition this process wrote, and the version of the Machine it was based on.
@@ -175,6 +179,7 @@ impl Controller {
             wait_for_writes: true,
             scorecard,
             scorecard_memory: None,
+            incidents: Default::default(),
         }
     }
 
@@ -227,8 +232,12 @@ impl Controller {
             self.find_remnants(now, &mut summary);
             let acted = self.act(&gathered, &decided, now, &mut summary).await;
             self.score(&gathered, &decided, &acted, now);
+            let incidents = self
+                .find_incidents(&gathered, &decided, now, &mut summary)
+                .await;
             self.keep_scorecard(now).await;
-            self.report(&gathered, &decided, acted, &summary, now).await;
+            self.report(&gathered, &decided, acted, incidents, &summary, now)
+                .await;
             summary
         }
         .instrument(span)

@@ -10,6 +10,8 @@
 //!   cycles and joins again only what the watches changed.
 //! - [`budget`]: how long the Secret reads, destroy-job listings and NodeNotLinked lookups of
 //!   a cycle may take, and how many run at once.
+//! - [`incidents`]: many Machines of one scope failing at once, and the one thing their VMs
+//!   share (decided in `verdict::incidents`).
 //! - [`leadership`]: the Lease confirmed before every write.
 //! - [`writer`]: the task that sends every write behind a bounded queue, so a slow API
 //!   server never holds up a poll.
@@ -25,6 +27,7 @@ pub mod credentials;
 pub mod cycle;
 pub mod decide;
 pub mod gather;
+pub mod incidents;
 pub mod joins;
 pub mod kube_io;
 pub mod leadership;

@@ -13,7 +13,7 @@ use super::gather::Gathered;
 use super::targets::{Target, TargetProblem};
 use crate::k8s::coverage;
 use crate::status::{
-    ClusterReport, FailureDomainReport, MachineReport, PendingVerdict, StatusReport,
+    ClusterReport, FailureDomainReport, IncidentReport, MachineReport, PendingVerdict, StatusReport,
 };
 use crate::verdict::condition::is_unchanged;
 use crate::verdict::{ConditionState, Status};
@@ -24,6 +24,7 @@ impl Controller {
         g: &Gathered,
         d: &Decided,
         acted: Acted,
+        incidents: Vec<IncidentReport>,
         summary: &CycleSummary,
         now: Timestamp,
     ) {
@@ -109,6 +110,7 @@ impl Controller {
             remnant_detection,
             writes: self.write_counts(),
             scorecard: Some(self.scorecard_report()),
+            incidents,
             ..Default::default()
         };
         // Series of scopes that are gone (past their retention) and of deleted Clusters go too.

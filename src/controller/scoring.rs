@@ -250,6 +250,7 @@ impl Controller {
             window_seconds: kept.baselines.length.as_secs(),
             baselines,
             warnings,
+            incidents: kept.incidents.iter().cloned().collect(),
             memory: self.scorecard_memory.as_ref().map(|m| m.report.clone()),
         }
     }

@@ -183,6 +183,7 @@ pub struct Metrics {
     standing: standing::Standing,
     memory: memory::MemoryGauges,
     scorecard: scorecard::ScorecardSeries,
+    incidents: incidents::IncidentSeries,
 }
 
 impl Default for Metrics {
@@ -313,10 +314,12 @@ impl Metrics {
         let standing = standing::Standing::register(&mut registry);
         let memory = memory::MemoryGauges::register(&mut registry);
         let scorecard = scorecard::ScorecardSeries::register(&mut registry);
+        let incidents = incidents::IncidentSeries::register(&mut registry);
         Self {
             standing,
             memory,
             scorecard,
+            incidents,
             registry,
             verdicts,
             verdicts_seen: Mutex::new(BTreeSet::new()),
@@ -524,9 +527,11 @@ impl Metrics {
 }
 
 mod findings;
+mod incidents;
 mod memory;
 mod scorecard;
 mod standing;
+pub use incidents::IncidentLabels;
 pub use standing::{ClusterLabels, MachineLabels, PollFailureLabels};
 
 #[cfg(test)]

@@ -58,7 +58,40 @@ pub struct StatusReport {
     /// `None` on a standby (only the leader follows the stories).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scorecard: Option<ScorecardReport>,
+    /// Scopes where many Machines fail at once, with the one thing their VMs share (issue 45).
+    #[serde(default)]
+    pub incidents: Vec<IncidentReport>,
 }
+
+/// `/status` `incidents[]`: a scope's open incident — since when, the Machines it affects, the
+/// cause their VMs share (kind, id, name, state, coverage among the failing and the healthy)
+/// or that none explains them, with the best candidates either way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IncidentReport {
+    pub scope: String,
+    pub since: Timestamp,
+    /// `guardHeld` or `threshold`.
+    pub trigger: verdict::incidents::Trigger,
+    /// Failing and healthy Machines of the scope.
+    pub failing: usize,
+    pub healthy: usize,
+    /// The failing Machines (`namespace/name`), at most [`INCIDENT_MACHINES_SHOWN`].
+    pub machines: Vec<String>,
+    /// Their Clusters (`namespace/name`): each got a Warning Event naming the cause.
+    pub clusters: Vec<String>,
+    /// The named cause; absent: no shared cause explains them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<verdict::incidents::Cause>,
+    pub candidates: Vec<verdict::incidents::Cause>,
+    /// One line, as in the Events and `capc-health-shim status`.
+    pub summary: String,
+    /// The incident's one router lookup, when it made one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_lookup: Option<verdict::incidents::book::Lookup>,
+}
+
+/// Failing Machines an incident lists by name (the count is always whole).
+pub const INCIDENT_MACHINES_SHOWN: usize = 50;
 
 /// `/status` `scorecard`: the outcomes counted since `since`, by outcome, reason and group, the
 /// latest ones, and the boot baselines of the current window with their warnings
@@ -87,6 +120,9 @@ pub struct ScorecardReport {
     pub window_seconds: i64,
     pub baselines: Vec<verdict::scorecard::BaselineRow>,
     pub warnings: Vec<verdict::scorecard::Warning>,
+    /// Incidents that ended within the window, oldest first.
+    #[serde(default)]
+    pub incidents: Vec<verdict::incidents::book::EndedIncident>,
     /// `None` where nothing keeps it (tests without a ConfigMap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<ScorecardMemoryReport>,

@@ -5,6 +5,8 @@
 //! series do not satisfy. Each test crate that includes it uses a part.
 #![allow(dead_code)]
 
+pub mod promtool;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 

@@ -49,6 +49,11 @@ pub struct Sighting {
     pub template: Option<String>,
     pub offering: Option<String>,
     pub zone: Option<String>,
+    /// The host's name and the default NIC's network: what a storm's shared cause is named by
+    /// (`incidents`).
+    pub host_name: Option<String>,
+    pub network_id: Option<String>,
+    pub network_name: Option<String>,
 }
 
 impl Sighting {
@@ -80,6 +85,9 @@ impl Sighting {
             template: vm.templatename.clone(),
             offering: vm.serviceofferingname.clone(),
             zone: vm.zonename.clone(),
+            host_name: vm.hostname.clone(),
+            network_id: default_nic(vm).and_then(|n| n.networkid.clone()),
+            network_name: default_nic(vm).and_then(|n| n.networkname.clone()),
         }
     }
 
@@ -100,13 +108,18 @@ impl Sighting {
     }
 }
 
+/// The default NIC, or the only one.
+fn default_nic(vm: &VirtualMachine) -> Option<&cloudstack_api::model::Nic> {
+    match vm.nics.as_slice() {
+        [only] => Some(only),
+        nics => nics.iter().find(|n| n.isdefault),
+    }
+}
+
 /// The default NIC (or the only one) with an IPv4 address and a network: the address an ARP
 /// probe from that network's router can ask about. IPv6-only NICs have none (ARP is IPv4).
 fn probe_nic(vm: &VirtualMachine) -> Option<ProbeNic> {
-    let nic = match vm.nics.as_slice() {
-        [only] => only,
-        nics => nics.iter().find(|n| n.isdefault)?,
-    };
+    let nic = default_nic(vm)?;
     Some(ProbeNic {
         network_id: nic.networkid.clone().filter(|n| !n.trim().is_empty())?,
         address: nic.ipaddress.as_deref()?.trim().parse().ok()?,

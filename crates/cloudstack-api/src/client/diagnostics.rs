@@ -41,6 +41,30 @@ impl CloudStackClient {
         .await
     }
 
+    /// Every router with a NIC in `network_id`, whatever its state (the incident lookup: a
+    /// Stopped router is what it looks for). Same visibility as [`Self::list_routers`].
+    pub async fn routers_of_network(
+        &self,
+        network_id: &str,
+    ) -> Result<Listing<Router>, CloudStackError> {
+        let network_id = network_id.trim();
+        if network_id.is_empty() {
+            return Err(CloudStackError::config(
+                "listRouters needs the id of the guest network; it is empty",
+            ));
+        }
+        self.list(
+            "listRouters",
+            "router",
+            &[
+                ("networkid", network_id),
+                ("listall", "true"),
+                ("projectid", "-1"),
+            ],
+        )
+        .await
+    }
+
     /// Queues `kind` against `ip` on the system VM `router_id` and returns the job id; follow
     /// it with [`CloudStackClient::query_async_job`].
     ///

@@ -70,6 +70,7 @@ use serde::{Deserialize, Serialize};
 
 use cloudstack_api::model::{HostControlState, VirtualMachine};
 
+pub mod book;
 pub mod storms;
 
 #[cfg(test)]
@@ -223,6 +224,26 @@ impl VmFacts {
             template: Thing::from_parts(None, vm.templatename.as_deref()),
             offering: Thing::from_parts(None, vm.serviceofferingname.as_deref()),
             zone: Thing::from_parts(vm.zoneid.as_deref(), vm.zonename.as_deref()),
+        }
+    }
+
+    /// What the shim last saw of a VM (its [`Sighting`](crate::history::Sighting)): the same
+    /// facts as [`VmFacts::from_vm`], kept between cycles.
+    pub fn from_sighting(s: &crate::history::Sighting, failing: bool) -> Self {
+        Self {
+            failing,
+            host: Thing::from_parts(s.host_id.as_deref(), s.host_name.as_deref()),
+            host_state: s.host_control.clone(),
+            cluster: None,
+            pod: None,
+            network: Thing::from_parts(s.network_id.as_deref(), None).map(|mut t| {
+                t.name = s.network_name.clone().filter(|n| !n.trim().is_empty());
+                t
+            }),
+            router: None,
+            template: Thing::from_parts(None, s.template.as_deref()),
+            offering: Thing::from_parts(None, s.offering.as_deref()),
+            zone: Thing::from_parts(None, s.zone.as_deref()),
         }
     }
 

@@ -26,6 +26,8 @@ pub const MAX_GROUP_VALUES: usize = 200;
 pub const OTHER: &str = "(other)";
 /// Outcomes kept for `/status`, newest last.
 pub const RECENT: usize = 50;
+/// Ended incidents remembered (issue 45), the newest, within the window.
+pub const INCIDENTS: usize = 50;
 
 /// The verdict a Machine carries (or, where the shim writes nothing, would carry).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +108,9 @@ pub struct Kept {
     pub uneventful: u64,
     /// Machines not followed because [`MAX_STORIES`] were.
     pub untracked: u64,
+    /// Incidents that ended within the window, oldest first (at most [`INCIDENTS`]).
+    #[serde(default)]
+    pub incidents: VecDeque<crate::incidents::book::EndedIncident>,
 }
 
 impl Kept {
@@ -119,6 +124,7 @@ impl Kept {
             baselines: Baselines::new(now, window),
             uneventful: 0,
             untracked: 0,
+            incidents: VecDeque::new(),
         }
     }
 
@@ -167,6 +173,10 @@ impl Kept {
         }
         if dropped_keys > 0 {
             left_out.push(format!("{dropped_keys} boot baseline key(s)"));
+        }
+        while json.len() > max_bytes && !k.incidents.is_empty() {
+            k.incidents.pop_front();
+            json = fits(&k);
         }
         while json.len() > max_bytes && !k.recent.is_empty() {
             k.recent.pop_front();
@@ -269,6 +279,19 @@ impl Scorecard {
     pub fn restore(&mut self, mut kept: Kept) {
         kept.baselines.length = self.kept.baselines.length;
         self.kept = kept;
+    }
+
+    /// Remembers an incident that ended; those that ended before the window are forgotten.
+    pub fn remember_incident(&mut self, ended: crate::incidents::book::EndedIncident) {
+        let window = self.kept.baselines.length;
+        let until = ended.until;
+        self.kept.incidents.push_back(ended);
+        self.kept
+            .incidents
+            .retain(|i| until.duration_since(i.until) <= window);
+        while self.kept.incidents.len() > INCIDENTS {
+            self.kept.incidents.pop_front();
+        }
     }
 
     /// Stories followed now.

@@ -463,3 +463,44 @@ fn the_kept_part_fits_its_bound_and_keeps_every_count() {
     assert!(back.baselines.current.keys.len() < 300);
     assert_eq!(serde_json::from_str::<Kept>(&whole).unwrap(), c.kept);
 }
+
+#[test]
+fn ended_incidents_are_remembered_within_the_window_and_survive_a_leader_change() {
+    use crate::incidents::book::EndedIncident;
+    let window = SignedDuration::from_hours(1);
+    let mut card = Scorecard::new(t(0), SignedDuration::from_mins(10), window);
+    let ended = |until: i64, scope: &str| EndedIncident {
+        scope: scope.into(),
+        since: t(until - 60),
+        until: t(until),
+        peak_failing: 7,
+        cause: None,
+        summary: "7 Machines failing: no shared cause explains them".into(),
+    };
+    card.remember_incident(ended(100, "a"));
+    card.remember_incident(ended(200, "b"));
+    assert_eq!(card.kept.incidents.len(), 2);
+    // One ending past the window forgets those before it.
+    card.remember_incident(ended(100 + 3601, "c"));
+    let scopes: Vec<&str> = card
+        .kept
+        .incidents
+        .iter()
+        .map(|i| i.scope.as_str())
+        .collect();
+    assert_eq!(scopes, ["b", "c"]);
+    // Bounded.
+    for i in 0..(card::INCIDENTS as i64 + 5) {
+        card.remember_incident(ended(4000 + i, "d"));
+    }
+    assert_eq!(card.kept.incidents.len(), card::INCIDENTS);
+    // Kept with the counts for the next leader; an older copy without incidents still reads.
+    let (json, left_out) = card.kept.encode(200 * 1024);
+    assert!(left_out.is_empty());
+    let back: card::Kept = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.incidents, card.kept.incidents);
+    let mut old: serde_json::Value = serde_json::from_str(&json).unwrap();
+    old.as_object_mut().unwrap().remove("incidents");
+    let back: card::Kept = serde_json::from_value(old).unwrap();
+    assert!(back.incidents.is_empty());
+}
