@@ -602,7 +602,16 @@ async fn every_alerts_series_is_set_by_the_running_shim_from_what_it_meets() {
     // hack/monitoring's list of them from the PrometheusRule) against the series of the same
     // scrape: each grouping label on every series of its metric, each matcher's value on some
     // series exactly. (The orphan gauge's: the test above.)
-    let rules = rules_of(&|m| !not_here.contains(&m));
+    // The guard holds team-m's scope: an incident, and with all its VMs alike nothing explains
+    // it (cause_kind="none"); the named kinds' matchers: controller_incidents (a router storm)
+    // and monitoring_metrics (every kind recorded).
+    let rules: Vec<_> = rules_of(&|m| !not_here.contains(&m))
+        .into_iter()
+        .filter(|r| {
+            !matches!(&r.label_use,
+                metric_names::LabelUse::Equals(l, v) if l == "cause_kind" && v != "none")
+        })
+        .collect();
     assert!(
         rules.iter().any(|r| matches!(&r.label_use,
             metric_names::LabelUse::Equals(l, v) if l == "kind" && v == "unauthorized")),

@@ -76,7 +76,7 @@ fn scenario() -> serde_json::Value {
         for i in 0..BEHIND {
             vms.push(
                 json!({"name": format!("iso-{c}-{i}"), "id": uuid::Uuid::new_v4().to_string(),
-                "guest": "healthy", "state": "Starting", "network": "iso"}),
+                "guest": "healthy", "state": "Error", "network": "iso"}),
             );
         }
         for i in 0..BESIDE {

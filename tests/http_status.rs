@@ -223,6 +223,7 @@ fn report() -> StatusReport {
         },
         writes: [("condition/written".to_string(), 12)].into(),
         scorecard: None,
+        incidents: Vec::new(),
     }
 }
 

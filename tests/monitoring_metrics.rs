@@ -120,6 +120,23 @@ fn recorded() -> Metrics {
             configmap: "capc-health-shim-system/capc-health-shim-memory".to_string(),
             ..Default::default()
         });
+        // An open incident of every cause kind (and one nothing explains).
+        let incidents = capc_health_shim::verdict::incidents::CauseKind::ALL
+            .iter()
+            .map(|k| k.as_str())
+            .chain(["none"])
+            .enumerate()
+            .map(|(i, kind)| {
+                (
+                    capc_health_shim::metrics::IncidentLabels {
+                        scope: format!("{scope} #{i}"),
+                        cause_kind: kind.to_string(),
+                    },
+                    7,
+                )
+            })
+            .collect();
+        m.set_incidents(&incidents);
     }
     m
 }

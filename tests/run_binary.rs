@@ -144,8 +144,9 @@ async fn the_binary_leads_publishes_reports_and_stops_cleanly() {
     // What deploy/components/monitoring queries is on this running shim's /metrics, but for
     // the families whose series only an event this test does not cause creates (no orphan, no
     // remnant, no guest probe, no failed poll, no escalation in condition mode, no Machine that
-    // becomes a Node: no boot time, no scorecard warning); tests/monitoring_metrics.rs finds
-    // those after recording each, tests/controller_scorecard.rs the scorecard's from a fleet.
+    // becomes a Node: no boot time, no scorecard warning; one failing Machine: no incident);
+    // tests/monitoring_metrics.rs finds those after recording each, tests/controller_scorecard.rs
+    // the scorecard's from a fleet, tests/controller_incidents.rs the incidents' from a storm.
     let not_here = [
         "capc_health_orphan_vms",
         "capc_health_remnant_objects",
@@ -154,6 +155,8 @@ async fn the_binary_leads_publishes_reports_and_stops_cleanly() {
         "capc_health_escalations_total",
         "capc_health_boot_to_node_seconds",
         "capc_health_scorecard_warnings",
+        "capc_health_incidents",
+        "capc_health_incident_failing_machines",
     ];
     let exported = metric_names::exported(&metrics);
     let missing: Vec<_> = metric_names::queried()

@@ -20,6 +20,7 @@ use super::writer::{EventNote, Job};
 use crate::cli::to_std;
 use crate::metrics::IncidentLabels;
 use crate::status::{IncidentReport, INCIDENT_MACHINES_SHOWN};
+use crate::verdict::history::Sighting;
 use crate::verdict::incidents::book::{
     apply_lookup, cause_kind_label, network_to_look_up, Change, Lookup,
 };
@@ -36,12 +37,30 @@ pub fn is_failing(c: &ConditionState) -> bool {
     c.status == Status::False || c.reason == reason::REMEDIATION_HELD
 }
 
-/// One scope's VMs this cycle, with the Machines and Clusters behind its failing ones.
+/// One scope's VMs this cycle (as last seen, failing or not), with the Machines and Clusters
+/// behind its failing ones.
 #[derive(Debug, Default)]
-struct ScopeVms {
-    vms: Vec<VmFacts>,
+struct ScopeVms<'s> {
+    seen: Vec<(&'s Sighting, bool)>,
+    affected: Affected,
+}
+
+/// The failing Machines of a scope and their Clusters.
+#[derive(Debug, Default)]
+struct Affected {
     failing_machines: Vec<String>,
     clusters: BTreeSet<String>,
+}
+
+impl ScopeVms<'_> {
+    /// What the incident finder compares; made only for scopes that may have an incident, so
+    /// that a calm fleet pays for a count, not for copies.
+    fn facts(&self) -> Vec<VmFacts> {
+        self.seen
+            .iter()
+            .map(|(s, failing)| VmFacts::from_sighting(s, *failing))
+            .collect()
+    }
 }
 
 /// The router facts an incident is after, from what `listRouters` returned.
@@ -59,8 +78,15 @@ pub fn router_facts(r: &Router) -> RouterFacts {
 
 /// The Event an affected Cluster gets: the incident's line and where to read on.
 pub fn event_note(scope: &str, incident: &Incident) -> String {
+    // The summary names a cause by its name; CloudStack's API finds it by id.
+    let id = incident
+        .cause
+        .as_ref()
+        .filter(|c| c.name.as_deref().is_some_and(|n| n != c.id))
+        .map(|c| format!(" ({} id {})", c.kind.as_str(), c.id))
+        .unwrap_or_default();
     format!(
-        "Incident in CloudStack scope {scope}: {}. `capc-health-shim status` and /status \
+        "Incident in CloudStack scope {scope}: {}{id}. `capc-health-shim status` and /status \
          incidents[] show the candidates; docs/alerts.md has the runbook per cause.",
         incident.summary()
     )
@@ -81,29 +107,37 @@ impl Controller {
         };
         let by_scope = self.scope_vms(g, d);
         // Scopes whose poll failed this cycle keep their incident as it was: not seeing is no
-        // reason to say it ended.
-        let judged: BTreeMap<&String, &ScopeVms> = by_scope
-            .iter()
-            .filter(|(k, _)| {
-                self.scopes
-                    .get(*k)
-                    .is_some_and(|s| s.report.last_error.is_none())
-            })
-            .collect();
-        let mut found: BTreeMap<String, Option<Incident>> = judged
-            .iter()
-            .map(|(k, s)| {
-                let held = self.scopes.get(*k).is_some_and(|s| s.report.held);
-                ((*k).clone(), find(&s.vms, &policy, held))
-            })
-            .collect();
+        // reason to say it ended. The others are judged; only those that may have an incident
+        // (guard held, enough failing, or one open) have their VMs compared.
+        let mut facts: BTreeMap<String, Vec<VmFacts>> = BTreeMap::new();
+        let mut found: BTreeMap<String, Option<Incident>> = BTreeMap::new();
+        for (key, s) in &by_scope {
+            let Some(scope) = self.scopes.get(key) else {
+                continue;
+            };
+            if scope.report.last_error.is_some() {
+                continue;
+            }
+            let held = scope.report.held;
+            let open = self.incidents.lookup(key).is_some()
+                || self.incidents.open().any(|(k, _)| k == key);
+            if !(held || open || s.affected.failing_machines.len() >= policy.min_failing) {
+                found.insert(key.clone(), None);
+                continue;
+            }
+            let vms = s.facts();
+            found.insert(key.clone(), find(&vms, &policy, held));
+            facts.insert(key.clone(), vms);
+        }
+        // What follows changes the controller: the sightings are let go.
+        let affected: BTreeMap<String, Affected> =
+            by_scope.into_iter().map(|(k, s)| (k, s.affected)).collect();
         let lookups = self.look_up_routers(&found).await;
         for (key, lookup) in &lookups {
-            if let Some(s) = judged.get(key) {
-                let mut vms = s.vms.clone();
-                apply_lookup(&mut vms, lookup);
+            if let Some(vms) = facts.get_mut(key) {
+                apply_lookup(vms, lookup);
                 let held = self.scopes.get(key).is_some_and(|s| s.report.held);
-                found.insert(key.clone(), find(&vms, &policy, held));
+                found.insert(key.clone(), find(vms, &policy, held));
             }
         }
         // Lookups made earlier in this incident apply to this cycle's VMs too.
@@ -111,11 +145,10 @@ impl Controller {
             if lookups.contains_key(key) || incident.is_none() {
                 continue;
             }
-            if let (Some(lookup), Some(s)) = (self.incidents.lookup(key), judged.get(key)) {
-                let mut vms = s.vms.clone();
-                apply_lookup(&mut vms, lookup);
+            if let (Some(lookup), Some(vms)) = (self.incidents.lookup(key), facts.get_mut(key)) {
+                apply_lookup(vms, lookup);
                 let held = self.scopes.get(key).is_some_and(|s| s.report.held);
-                *incident = find(&vms, &policy, held);
+                *incident = find(vms, &policy, held);
             }
         }
         let mut lookups = lookups;
@@ -126,17 +159,17 @@ impl Controller {
             self.note_change(&key, change);
         }
         // Scopes that no longer exist end theirs; scopes not judged (poll failed) keep theirs.
-        let present: BTreeSet<&str> = by_scope.keys().map(String::as_str).collect();
+        let present: BTreeSet<&str> = affected.keys().map(String::as_str).collect();
         for ended in self.incidents.end_others(&present, now) {
-            self.note_change(&ended.scope.clone(), Change::Ended(ended));
+            self.note_change(&ended.scope.clone(), Change::Ended(Box::new(ended)));
         }
-        self.tell_clusters(&by_scope, summary);
-        self.incident_reports(&by_scope)
+        self.tell_clusters(&affected, summary);
+        self.incident_reports(&affected)
     }
 
     /// Per scope in use, its Machines' VMs as last seen, failing or not.
-    fn scope_vms(&self, g: &Gathered, d: &Decided) -> BTreeMap<String, ScopeVms> {
-        let mut out: BTreeMap<String, ScopeVms> = BTreeMap::new();
+    fn scope_vms<'s>(&'s self, g: &Gathered, d: &Decided) -> BTreeMap<String, ScopeVms<'s>> {
+        let mut out: BTreeMap<String, ScopeVms<'s>> = BTreeMap::new();
         for (i, t) in g.targets.iter().enumerate() {
             let Some(key) = g.scope_key(t) else { continue };
             let Some(scope) = self.scopes.get(key) else {
@@ -156,14 +189,15 @@ impl Controller {
             let failing = decided.or(t.current.as_deref()).is_some_and(is_failing);
             if failing {
                 entry
+                    .affected
                     .failing_machines
                     .push(format!("{}/{}", t.machine.namespace, t.machine.name));
-                entry.clusters.insert(format!(
+                entry.affected.clusters.insert(format!(
                     "{}/{}",
                     t.machine.namespace, t.machine.cluster_name
                 ));
             }
-            entry.vms.push(VmFacts::from_sighting(sighting, failing));
+            entry.seen.push((sighting, failing));
         }
         out
     }
@@ -234,13 +268,13 @@ impl Controller {
                     peak_failing = ended.peak_failing,
                     "incident ended (fewer failing than --incident-min-failing and not held \
                      by the mass-failure guard): {}", ended.summary);
-                self.scorecard.remember_incident(ended);
+                self.scorecard.remember_incident(*ended);
             }
         }
     }
 
     /// A Warning Event on each affected Cluster not yet told of its incident's cause.
-    fn tell_clusters(&mut self, by_scope: &BTreeMap<String, ScopeVms>, summary: &mut CycleSummary) {
+    fn tell_clusters(&mut self, by_scope: &BTreeMap<String, Affected>, summary: &mut CycleSummary) {
         let known = self.stores.clusters.state();
         let mut jobs = Vec::new();
         let open: Vec<(String, String)> = self
@@ -287,7 +321,7 @@ impl Controller {
     }
 
     /// `/status` `incidents[]`, and the series brought up to them.
-    fn incident_reports(&self, by_scope: &BTreeMap<String, ScopeVms>) -> Vec<IncidentReport> {
+    fn incident_reports(&self, by_scope: &BTreeMap<String, Affected>) -> Vec<IncidentReport> {
         let mut series = BTreeMap::new();
         let reports = self
             .incidents

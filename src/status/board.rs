@@ -306,6 +306,8 @@ pub struct StatusView<'a> {
     pub remnants: Vec<&'a crate::remnants::Remnant>,
     pub remnant_detection: &'a super::RemnantDetectionReport,
     pub writes: &'a BTreeMap<String, u64>,
+    /// With `?cluster=`: the incidents that affect it.
+    pub incidents: Vec<&'a super::IncidentReport>,
 }
 
 /// One cluster of a [`StatusView`].
@@ -366,6 +368,11 @@ pub fn view<'a>(r: &'a StatusReport, q: &StatusQuery) -> Result<StatusView<'a>, 
             .collect(),
         remnant_detection: &r.remnant_detection,
         writes: &r.writes,
+        incidents: r
+            .incidents
+            .iter()
+            .filter(|i| q.cluster.as_ref().is_none_or(|c| i.clusters.contains(c)))
+            .collect(),
     })
 }
 

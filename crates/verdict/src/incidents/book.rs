@@ -62,7 +62,7 @@ pub enum Change {
     Continues {
         cause_changed: bool,
     },
-    Ended(EndedIncident),
+    Ended(Box<EndedIncident>),
 }
 
 /// The open incidents by scope.
@@ -101,7 +101,9 @@ impl IncidentBook {
     ) -> Change {
         match (self.open.get_mut(scope), found) {
             (None, None) => Change::Quiet,
-            (Some(_), None) => self.end(scope, now).map_or(Change::Quiet, Change::Ended),
+            (Some(_), None) => self
+                .end(scope, now)
+                .map_or(Change::Quiet, |e| Change::Ended(Box::new(e))),
             (None, Some(incident)) => {
                 self.open.insert(
                     scope.to_string(),
